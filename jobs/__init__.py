@@ -1,0 +1,48 @@
+"""Training jobs: one module per algorithm, all following :mod:`jobs.base`.
+
+``ALGORITHMS`` maps the YAML ``algorithm`` name to ``module:Class``. A job may also name a
+user-written solver as ``path/to/file.py:ClassName``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from jobs.base import GroupComm, SerialComm, Shard, Solver
+
+__all__ = ["ALGORITHMS", "GroupComm", "SerialComm", "Shard", "Solver", "load_solver"]
+
+ALGORITHMS: dict[str, str] = {
+    "logreg": "jobs.logreg:LogisticRegression",
+    "kmeans": "jobs.kmeans:KMeans",
+}
+
+
+def load_solver(algorithm: str) -> type[Solver]:
+    """The solver class for a built-in algorithm name or a ``file.py:ClassName`` reference.
+
+    Raises:
+        KeyError: unknown built-in name.
+        FileNotFoundError, AttributeError: a user reference that does not resolve.
+    """
+    if algorithm in ALGORITHMS:
+        module_name, cls_name = ALGORITHMS[algorithm].split(":")
+        return getattr(importlib.import_module(module_name), cls_name)
+    if ".py:" not in algorithm:
+        raise KeyError(algorithm)
+    file_part, cls_name = algorithm.rsplit(":", 1)
+    path = Path(file_part).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(str(path))
+    mod_name = f"slaq_user_solver_{abs(hash(str(path)))}"
+    module = sys.modules.get(mod_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    return getattr(module, cls_name)

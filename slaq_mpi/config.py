@@ -1,0 +1,294 @@
+"""The experiment YAML: parsing and validation into an :class:`ExperimentSpec`.
+
+Every error is a :class:`~slaq_mpi.errors.ConfigError` naming the key, the value and what is
+allowed. ``docs/config.md`` documents every key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slaq_mpi.datasets import GENERATOR_REQUIRED, GENERATORS, DatasetSpec, inspect
+from slaq_mpi.errors import ConfigError, DataError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_TOP_KEYS = {
+    "name", "output_dir", "epoch_seconds", "policy", "ranks", "seed", "jobs", "slurm",
+    "simulation",
+}
+_JOB_KEYS = {
+    "name", "algorithm", "dataset", "hyperparameters", "arrival", "stop", "max_cores", "seed",
+    "utility",
+}
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a job is done: after ``max_iterations``, or once the relative loss change
+    |L[k-1] - L[k]| / |L[k-1]| falls below ``tolerance`` (whichever comes first)."""
+
+    max_iterations: int | None = 200
+    tolerance: float | None = None
+
+    def done(self, losses: list[float]) -> bool:
+        """Whether a job with this loss history has met the rule."""
+        if self.max_iterations is not None and len(losses) >= self.max_iterations:
+            return True
+        if self.tolerance is not None and len(losses) >= 2:
+            prev, last = losses[-2], losses[-1]
+            return abs(prev - last) <= self.tolerance * max(abs(prev), 1e-300)
+        return False
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job of the experiment."""
+
+    name: str
+    algorithm: str
+    dataset: DatasetSpec
+    hyperparameters: Mapping[str, Any]
+    arrival: float
+    stop: StopRule
+    max_cores: int | None
+    seed: int
+    utility: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A whole experiment: the scheduler's settings and its jobs."""
+
+    name: str
+    output_dir: Path
+    epoch_seconds: float
+    policy: str
+    policy_params: Mapping[str, Any]
+    ranks: int
+    seed: int
+    jobs: tuple[JobSpec, ...]
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+    simulation: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
+    """Read and validate the experiment YAML at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError("config file", str(p), f"it must be a readable file ({exc.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where} YAML syntax", problem, "the file must be valid YAML") from None
+    spec = parse(raw, check_files=check_files)
+    return ExperimentSpec(**{**spec.__dict__, "source": text})
+
+
+def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
+    """Validate an already-parsed YAML document."""
+    top = _mapping(raw, "config", _TOP_KEYS)
+    name = _name(_req(top, "name", "config"), "name")
+    seed = _int(top.get("seed", 0), "seed", lo=0)
+    ranks = _int(top.get("ranks", 8), "ranks", lo=2)
+    policy, policy_params = _policy(top.get("policy", "slaq"))
+    jobs_raw = _req(top, "jobs", "config")
+    if not isinstance(jobs_raw, list) or not jobs_raw:
+        raise ConfigError("jobs", jobs_raw, "must be a non-empty list of job mappings")
+    jobs = tuple(_job(j, i, seed, ranks, check_files) for i, j in enumerate(jobs_raw))
+    seen: set[str] = set()
+    for i, job in enumerate(jobs):
+        if job.name in seen:
+            raise ConfigError(f"jobs[{i}].name", job.name, "job names must be unique")
+        seen.add(job.name)
+    slurm = top.get("slurm", {}) or {}
+    simulation = top.get("simulation", {}) or {}
+    for key, val in (("slurm", slurm), ("simulation", simulation)):
+        if not isinstance(val, Mapping):
+            raise ConfigError(key, val, "must be a mapping")
+    return ExperimentSpec(
+        name=name,
+        output_dir=Path(str(top.get("output_dir", f"runs/{name}"))),
+        epoch_seconds=_float(top.get("epoch_seconds", 2.0), "epoch_seconds", lo=0.05),
+        policy=policy,
+        policy_params=policy_params,
+        ranks=ranks,
+        seed=seed,
+        jobs=jobs,
+        slurm=dict(slurm),
+        simulation=dict(simulation),
+    )
+
+
+# --- pieces ------------------------------------------------------------------------------
+
+def _policy(val: Any) -> tuple[str, dict[str, Any]]:
+    from slaq_mpi.policies import PolicyError, get_policy
+
+    if isinstance(val, str):
+        name, params = val, {}
+    elif isinstance(val, Mapping):
+        _mapping(val, "policy", {"name", "params"})
+        name = _req(val, "name", "policy")
+        params = val.get("params", {}) or {}
+        if not isinstance(params, Mapping):
+            raise ConfigError("policy.params", params, "must be a mapping of parameter: value")
+    else:
+        raise ConfigError("policy", val, "must be a policy name or {name: ..., params: {...}}")
+    try:
+        get_policy(str(name), **dict(params))
+    except PolicyError as exc:
+        raise ConfigError("policy", val, str(exc).split("; ", 1)[-1]) from None
+    return str(name), dict(params)
+
+
+def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
+    where = f"jobs[{i}]"
+    job = _mapping(raw, where, _JOB_KEYS)
+    name = _name(_req(job, "name", where), f"{where}.name")
+    algorithm = _req(job, "algorithm", where)
+    solver = _solver_class(algorithm, f"{where}.algorithm")
+    hyper = job.get("hyperparameters", {}) or {}
+    hyper = _mapping(hyper, f"{where}.hyperparameters", set(solver.defaults))
+    for key, val in hyper.items():
+        default = solver.defaults[key]
+        want = type(default)
+        ok = isinstance(val, want) and not (want is not bool and isinstance(val, bool))
+        if want is float and isinstance(val, int) and not isinstance(val, bool):
+            ok, val = True, float(val)
+        if not ok:
+            raise ConfigError(f"{where}.hyperparameters.{key}", val, f"must be of type {want.__name__}")
+    dataset = _dataset(_req(job, "dataset", where), f"{where}.dataset", check_files, solver)
+    stop = _stop(job.get("stop", {}) or {}, f"{where}.stop")
+    max_cores = job.get("max_cores")
+    if max_cores is not None:
+        max_cores = _int(max_cores, f"{where}.max_cores", lo=1)
+    utility = job.get("utility")
+    if utility is not None and not isinstance(utility, Mapping):
+        raise ConfigError(f"{where}.utility", utility, "must be a mapping")
+    return JobSpec(
+        name=name,
+        algorithm=str(algorithm),
+        dataset=dataset,
+        hyperparameters=dict(hyper),
+        arrival=_float(job.get("arrival", 0.0), f"{where}.arrival", lo=0.0),
+        stop=stop,
+        max_cores=max_cores,
+        seed=_int(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0),
+        utility=dict(utility) if utility is not None else None,
+    )
+
+
+def _solver_class(algorithm: Any, where: str) -> Any:
+    from jobs import ALGORITHMS, load_solver
+
+    if not isinstance(algorithm, str):
+        raise ConfigError(where, algorithm, "must be a string")
+    try:
+        return load_solver(algorithm)
+    except KeyError:
+        allowed = ", ".join(sorted(ALGORITHMS))
+        raise ConfigError(where, algorithm, f"allowed: {allowed}, or path/to/file.py:ClassName") from None
+    except (FileNotFoundError, AttributeError, ImportError, SyntaxError) as exc:
+        raise ConfigError(where, algorithm, f"the solver file or class does not load ({exc})") from None
+
+
+def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> DatasetSpec:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, raw, "must be {path: file.h5} or {generator: NAME, rows: N, features: N}")
+    if "path" in raw:
+        _mapping(raw, where, {"path"})
+        path = raw["path"]
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"{where}.path", path, "must be a file path")
+        if check_files:
+            if not Path(path).is_file():
+                raise ConfigError(f"{where}.path", path, "the file does not exist")
+            try:
+                info = inspect(path)
+            except DataError as exc:
+                raise ConfigError(f"{where}.path", path, f"bad data file: {exc}") from None
+            if solver.needs_labels and not info.has_labels:
+                raise ConfigError(f"{where}.path", path, "this algorithm needs labels: the file has no 'y'")
+        return DatasetSpec(path=str(Path(path).resolve()))
+    gen = raw.get("generator")
+    if gen not in GENERATORS:
+        raise ConfigError(
+            f"{where}.generator", gen, f"allowed: {', '.join(sorted(GENERATORS))} (or give a path)"
+        )
+    optional = GENERATORS[gen][1]
+    params = _mapping(raw, where, {"generator", "seed", *GENERATOR_REQUIRED, *optional})
+    out: dict[str, Any] = {}
+    for key, want in {**GENERATOR_REQUIRED, "seed": int, **optional}.items():
+        if key not in params:
+            if key in GENERATOR_REQUIRED:
+                raise ConfigError(f"{where}.{key}", None, f"is required for generator {gen!r}")
+            continue
+        if want is int:
+            out[key] = _int(params[key], f"{where}.{key}", lo=0 if key == "seed" else 1)
+        else:
+            out[key] = _float(params[key], f"{where}.{key}", lo=0.0)
+    return DatasetSpec(generator=str(gen), params=out)
+
+
+def _stop(raw: Any, where: str) -> StopRule:
+    stop = _mapping(raw, where, {"max_iterations", "tolerance"})
+    max_it = stop.get("max_iterations", 200 if "tolerance" not in stop else None)
+    tol = stop.get("tolerance")
+    if max_it is not None:
+        max_it = _int(max_it, f"{where}.max_iterations", lo=1)
+    if tol is not None:
+        tol = _float(tol, f"{where}.tolerance", lo=0.0, open_lo=True)
+    return StopRule(max_iterations=max_it, tolerance=tol)
+
+
+def _mapping(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, raw, "must be a mapping of key: value")
+    for key in raw:
+        if key not in allowed:
+            shown = ", ".join(sorted(allowed)) or "none"
+            raise ConfigError(f"{where}.{key}" if where != "config" else str(key), "(unknown key)",
+                              f"allowed keys: {shown}")
+    return raw
+
+
+def _req(raw: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in raw or raw[key] is None:
+        full = key if where == "config" else f"{where}.{key}"
+        raise ConfigError(full, None, "this key is required")
+    return raw[key]
+
+
+def _name(val: Any, where: str) -> str:
+    if not isinstance(val, str) or not _NAME.match(val):
+        raise ConfigError(where, val, "must be 1-64 characters of letters, digits, '_', '.', '-'")
+    return val
+
+
+def _int(val: Any, where: str, lo: int) -> int:
+    if isinstance(val, bool) or not isinstance(val, int):
+        raise ConfigError(where, val, f"must be an integer >= {lo}")
+    if val < lo:
+        raise ConfigError(where, val, f"must be an integer >= {lo}")
+    return int(val)
+
+
+def _float(val: Any, where: str, lo: float, open_lo: bool = False) -> float:
+    if isinstance(val, bool) or not isinstance(val, int | float) or not math.isfinite(val):
+        raise ConfigError(where, val, f"must be a finite number {'>' if open_lo else '>='} {lo}")
+    if val < lo or (open_lo and val == lo):
+        raise ConfigError(where, val, f"must be a number {'>' if open_lo else '>='} {lo}")
+    return float(val)

@@ -1,0 +1,30 @@
+"""Typed errors a user can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SlaqError(Exception):
+    """Base class of every error slaq-mpi raises on purpose."""
+
+
+class ConfigError(SlaqError, ValueError):
+    """Bad input: a YAML key, value, data file or size. The CLI exits with status 2."""
+
+    def __init__(self, where: str, value: Any, allowed: str) -> None:
+        self.where = where
+        self.value = value
+        self.allowed = allowed
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"{where}: {shown} is not allowed; {allowed}")
+
+
+class DataError(SlaqError, ValueError):
+    """A malformed data file: names the file and, where known, the row."""
+
+
+class WorkerError(SlaqError, RuntimeError):
+    """An exception raised on a worker rank, re-raised on rank 0 with rank, host and job."""

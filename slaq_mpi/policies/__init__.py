@@ -1,0 +1,60 @@
+"""Scheduling policies: pure functions of a :class:`~slaq_mpi.snapshot.ClusterSnapshot`.
+
+``get_policy(name, **params)`` returns an object with
+``allocate(snapshot) -> dict[job_id, cores]``. Jobs missing from the result, or given 0,
+wait for the next epoch. The live coordinator and the simulator call the same objects.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+from slaq_mpi.snapshot import ClusterSnapshot
+
+__all__ = ["Policy", "PolicyError", "POLICY_NAMES", "get_policy", "LIVE_POLICY_NAMES"]
+
+
+class Policy(Protocol):
+    """The policy contract."""
+
+    name: str
+
+    def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
+        """Cores per job id for the next epoch; the sum never exceeds ``snapshot.capacity``."""
+        ...
+
+
+class PolicyError(ValueError):
+    """An unknown policy name or a bad policy parameter."""
+
+
+# name -> (module, class). Modules are imported on first use.
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "fair": ("slaq_mpi.policies.fair", "FairPolicy"),
+    "fifo": ("slaq_mpi.policies.fifo", "FifoPolicy"),
+    "slaq": ("slaq_mpi.policies.slaq", "SlaqPolicy"),
+}
+# Policies that need information only a simulator has (the future of every loss curve).
+_SIMULATION_ONLY: dict[str, tuple[str, str]] = {}
+
+POLICY_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
+LIVE_POLICY_NAMES: tuple[str, ...] = POLICY_NAMES
+
+
+def get_policy(name: str, **params: Any) -> Policy:
+    """Build the policy called ``name`` with its parameters.
+
+    Raises:
+        PolicyError: unknown name, or parameters the policy does not accept.
+    """
+    entry = _REGISTRY.get(name) or _SIMULATION_ONLY.get(name)
+    if entry is None:
+        allowed = ", ".join(sorted({*_REGISTRY, *_SIMULATION_ONLY}))
+        raise PolicyError(f"unknown policy {name!r}; allowed: {allowed}")
+    module, cls_name = entry
+    cls = getattr(importlib.import_module(module), cls_name)
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise PolicyError(f"bad parameters for policy {name!r}: {exc}") from None

@@ -1,0 +1,43 @@
+"""Helpers shared by policies: capping, water-filling and deterministic ordering."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+
+
+def job_cap(job: JobSnapshot, capacity: int) -> int:
+    """The most cores ``job`` may hold on a cluster of ``capacity`` cores (at least 1)."""
+    return max(1, min(job.max_cores, capacity))
+
+
+def admitted(snapshot: ClusterSnapshot, order: Sequence[JobSnapshot]) -> list[JobSnapshot]:
+    """The first ``capacity`` jobs of ``order``: the ones that get a core this epoch."""
+    return list(order[: snapshot.capacity])
+
+
+def water_fill(jobs: Sequence[JobSnapshot], capacity: int) -> dict[str, int]:
+    """Equal shares, capped by each job's max cores, leftovers spread in the given order.
+
+    Work-conserving: cores stay idle only when every job is at its cap.
+    """
+    alloc = {j.job_id: 0 for j in jobs}
+    caps = {j.job_id: job_cap(j, capacity) for j in jobs}
+    left = capacity
+    open_jobs = [j.job_id for j in jobs]
+    while left > 0 and open_jobs:
+        share = left // len(open_jobs)
+        if share == 0:
+            for jid in open_jobs[:left]:
+                alloc[jid] += 1
+            break
+        still_open = []
+        for jid in open_jobs:
+            give = min(share, caps[jid] - alloc[jid])
+            alloc[jid] += give
+            left -= give
+            if alloc[jid] < caps[jid]:
+                still_open.append(jid)
+        open_jobs = still_open
+    return alloc

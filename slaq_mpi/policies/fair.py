@@ -1,0 +1,24 @@
+"""The paper's baseline: a work-conserving fair scheduler."""
+
+from __future__ import annotations
+
+from slaq_mpi.policies._share import admitted, water_fill
+from slaq_mpi.snapshot import ClusterSnapshot
+
+
+class FairPolicy:
+    """Equal share of the cores for every active job, capped by its max cores.
+
+    Cores a capped job cannot use go to the others (work-conserving). When jobs outnumber
+    cores, the jobs with the least attained core-seconds run (then earliest arrival), so a
+    waiting job's turn always comes.
+    """
+
+    name = "fair"
+
+    def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
+        """Cores per job id."""
+        order = sorted(
+            snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id)
+        )
+        return water_fill(admitted(snapshot, order), snapshot.capacity)
