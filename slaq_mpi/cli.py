@@ -1,0 +1,72 @@
+"""The ``slaq`` command line: run, validate, and the subcommands of other modules."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+from slaq_mpi.errors import ConfigError, DataError
+
+# Modules that add their own subcommands through ``add_cli(subparsers)``.
+_COMMAND_MODULES = (
+    "slaq_mpi.datatools",
+    "slaq_mpi.sim.cli",
+    "slaq_mpi.report",
+    "slaq_mpi.slurm",
+)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from slaq_mpi import config
+
+    spec = config.load(args.config)
+    print(
+        f"{args.config}: ok: experiment {spec.name!r}, {len(spec.jobs)} jobs, {spec.ranks} ranks, "
+        f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"
+    )
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from slaq_mpi.launch import run_command
+
+    return run_command(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``slaq``."""
+    parser = argparse.ArgumentParser(
+        prog="slaq",
+        description="Quality-driven scheduling of many ML training jobs on one MPI allocation.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("run", help="run an experiment (re-launches itself under mpiexec if needed)")
+    p.add_argument("config", nargs="?", help="experiment YAML (see docs/config.md)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run from its checkpoints")
+    p.add_argument("--mpiexec", default=None, help="MPI launcher to use when not already under MPI")
+    p.set_defaults(func=_cmd_run)
+    p = sub.add_parser("validate", help="check an experiment YAML without running it")
+    p.add_argument("config")
+    p.set_defaults(func=_cmd_validate)
+    for name in _COMMAND_MODULES:
+        if importlib.util.find_spec(name.rsplit(".", 1)[0]) and importlib.util.find_spec(name):
+            importlib.import_module(name).add_cli(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``slaq`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ConfigError, DataError) as exc:
+        print(f"slaq: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

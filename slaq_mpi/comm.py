@@ -1,0 +1,157 @@
+"""Every MPI call of slaq-mpi, behind small named wrappers.
+
+Waiting never busy-polls: MPICH spins at 100% CPU inside a blocking receive, which steals
+cores from training when ranks outnumber cores. Every wait here tests a request and sleeps
+between tests with a short backoff (``_wait``).
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import time
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from jobs.base import ReduceOp
+
+TAG_REPORT = 11
+TAG_ERROR = 12
+_SLEEP_MIN = 0.0002
+_SLEEP_MAX = 0.004
+_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+_WORLD = MPI.COMM_WORLD
+
+
+def world_rank() -> int:
+    """This process's rank in the world communicator."""
+    return _WORLD.Get_rank()
+
+
+def world_size() -> int:
+    """Ranks in the world communicator."""
+    return _WORLD.Get_size()
+
+
+def hostname() -> str:
+    """The node this rank runs on."""
+    return socket.gethostname()
+
+
+def abort(code: int) -> None:
+    """End every rank of the world at once (after an unrecoverable error)."""
+    _WORLD.Abort(code)
+
+
+def _wait(request: MPI.Request) -> Any:
+    """Complete ``request`` by testing it with short sleeps in between (no spinning)."""
+    delay = _SLEEP_MIN
+    while True:
+        done, value = request.test()
+        if done:
+            return value
+        time.sleep(delay)
+        delay = min(delay * 1.5, _SLEEP_MAX)
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``deadline``."""
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
+class MPIGroup:
+    """A job's group of ranks (implements :class:`jobs.base.GroupComm`)."""
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        self._comm = comm
+        self.rank: int = comm.Get_rank()
+        self.size: int = comm.Get_size()
+
+    def allreduce(self, array: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
+        """Element-wise reduction over the group; every rank gets the result."""
+        send = np.ascontiguousarray(array, dtype=np.float64)
+        out = np.empty_like(send)
+        self._comm.Allreduce(send, out, op=_OPS[op])
+        return out
+
+    def bcast_flag(self, flag: bool) -> bool:
+        """The group leader's ``flag``, on every rank of the group."""
+        buf = np.array([1 if flag else 0], dtype=np.int8)
+        self._comm.Bcast(buf, root=0)
+        return bool(buf[0])
+
+    def bcast(self, obj: Any) -> Any:
+        """The group leader's Python object, on every rank of the group."""
+        return self._comm.bcast(obj, root=0)
+
+    def free(self) -> None:
+        """Release the communicator."""
+        if self._comm != MPI.COMM_NULL:
+            self._comm.Free()
+
+
+def world_group() -> MPIGroup:
+    """The world communicator as a group (tests and single-job tools)."""
+    return MPIGroup(_WORLD)
+
+
+def split(color: int | None, key: int) -> MPIGroup | None:
+    """Collective over the world: ranks passing the same ``color`` form one new group.
+
+    Ranks passing ``None`` take part but get no group.
+    """
+    new = _WORLD.Split(MPI.UNDEFINED if color is None else color, key)
+    return None if new == MPI.COMM_NULL else MPIGroup(new)
+
+
+def broadcast_plan(plan: Any) -> None:
+    """Rank 0: send ``plan`` to every rank (they receive it with :func:`recv_plan`)."""
+    payload = np.frombuffer(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+    header = np.array([payload.size], dtype=np.int64)
+    _wait(_WORLD.Ibcast(header, root=0))
+    _WORLD.Bcast(payload, root=0)
+
+
+def recv_plan() -> Any:
+    """Workers: wait (sleeping, not spinning) for the next plan from rank 0."""
+    header = np.zeros(1, dtype=np.int64)
+    _wait(_WORLD.Ibcast(header, root=0))
+    payload = np.empty(int(header[0]), dtype=np.uint8)
+    _WORLD.Bcast(payload, root=0)
+    return pickle.loads(payload.tobytes())
+
+
+def send_report(report: Any) -> None:
+    """A job leader: send ``report`` to rank 0."""
+    _wait(_WORLD.isend(report, dest=0, tag=TAG_REPORT))
+
+
+def send_error(info: Any) -> None:
+    """Any worker: tell rank 0 about an exception it cannot recover from."""
+    _wait(_WORLD.isend(info, dest=0, tag=TAG_ERROR))
+
+
+def poll_message() -> tuple[str, Any] | None:
+    """Rank 0: one waiting report or error, as ``("report"|"error", payload)``, else None."""
+    status = MPI.Status()
+    for tag, kind in ((TAG_ERROR, "error"), (TAG_REPORT, "report")):
+        if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
+            return kind, _WORLD.recv(source=status.Get_source(), tag=tag)
+    return None
+
+
+def wait_message(deadline: float | None = None) -> tuple[str, Any] | None:
+    """Rank 0: the next report or error, sleeping between probes; None at ``deadline``."""
+    delay = _SLEEP_MIN
+    while True:
+        msg = poll_message()
+        if msg is not None:
+            return msg
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(delay)
+        delay = min(delay * 1.5, _SLEEP_MAX)
