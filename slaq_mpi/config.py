@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from slaq_mpi.datasets import GENERATOR_REQUIRED, GENERATORS, DatasetSpec, inspect
+from slaq_mpi.datasets import GENERATOR_REQUIRED, GENERATORS, DatasetSpec, check_file
 from slaq_mpi.errors import ConfigError, DataError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -217,11 +217,9 @@ def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> DatasetSpe
             if not Path(path).is_file():
                 raise ConfigError(f"{where}.path", path, "the file does not exist")
             try:
-                info = inspect(path)
+                check_file(path, solver)
             except DataError as exc:
                 raise ConfigError(f"{where}.path", path, f"bad data file: {exc}") from None
-            if solver.needs_labels and not info.has_labels:
-                raise ConfigError(f"{where}.path", path, "this algorithm needs labels: the file has no 'y'")
         return DatasetSpec(path=str(Path(path).resolve()))
     gen = raw.get("generator")
     if gen not in GENERATORS:

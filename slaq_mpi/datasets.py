@@ -178,6 +178,18 @@ def inspect(path: str | Path) -> DatasetInfo:
     return DatasetInfo(rows, feats, has_y, sparse)
 
 
+def check_file(path: str | Path, solver: Any) -> DatasetInfo:
+    """Validate a dataset file for a solver class before any rank starts.
+
+    Raises:
+        DataError: naming the file (and the row, where one is at fault).
+    """
+    info = inspect(path)
+    if getattr(solver, "needs_labels", False) and not info.has_labels:
+        raise DataError(f"{path}: this algorithm needs labels, and the file has no 'y'")
+    return info
+
+
 def read_shard(path: str | Path, rank: int, size: int) -> Shard:
     """Rank ``rank`` of ``size``'s contiguous rows of the HDF5 dataset at ``path``."""
     with h5py.File(path, "r") as f:
