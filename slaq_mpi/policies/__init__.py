@@ -36,7 +36,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "slaq": ("slaq_mpi.policies.slaq", "SlaqPolicy"),
 }
 # Policies that need information only a simulator has (the future of every loss curve).
-_SIMULATION_ONLY: dict[str, tuple[str, str]] = {}
+_SIMULATION_ONLY: dict[str, tuple[str, str]] = {"oracle": ("slaq_mpi.sim.oracle", "OraclePolicy")}
 
 POLICY_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
 LIVE_POLICY_NAMES: tuple[str, ...] = POLICY_NAMES

@@ -1,0 +1,147 @@
+"""``slaq report RUN_DIR [RUN_DIR ...]``: the paper's metrics as a table, plus PNG figures.
+
+Works on real runs and simulations alike (both write metrics.h5). A RUN_DIR is a directory
+holding ``metrics.h5``, or one whose subdirectories do (``slaq simulate --out DIR``). All runs
+given are evaluated with the same L* per job (:func:`slaq_mpi.evaluation.common_l_star`).
+The table needs only numpy; the figures need matplotlib (``pip install slaq-mpi[plot]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from slaq_mpi.errors import ConfigError
+from slaq_mpi.evaluation import RunData, common_l_star, summarize
+
+__all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
+           "load_runs"]
+
+#: Table columns: (summary key, header, format). Other modules append columns here.
+COLUMNS: list[tuple[str, str, str]] = [
+    ("avg_normalized_loss", "avg norm loss", "{:.4f}"),
+    ("median_time_to_90", "t90 median s", "{:.1f}"),
+    ("mean_time_to_90", "t90 mean s", "{:.1f}"),
+    ("median_time_to_95", "t95 median s", "{:.1f}"),
+    ("mean_time_to_95", "t95 mean s", "{:.1f}"),
+    ("makespan", "makespan s", "{:.0f}"),
+    ("decision_ms", "decision ms", "{:.2f}"),
+]
+#: Lower-is-better metrics compared against a baseline policy under the table.
+COMPARED = ("avg_normalized_loss", "mean_time_to_90", "mean_time_to_95")
+
+
+def _fmt(fmt: str, val: Any) -> str:
+    if val is None or (isinstance(val, float) and not math.isfinite(val)):
+        return "-"
+    return fmt.format(val)
+
+
+def format_table(rows: Mapping[str, Mapping[str, float]]) -> str:
+    """A fixed-width text table: one row per run label, one column per :data:`COLUMNS` entry."""
+    headers = ["policy"] + [h for _, h, _ in COLUMNS]
+    body = [[label] + [_fmt(f, r.get(k)) for k, _, f in COLUMNS] for label, r in rows.items()]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths,
+                                                                                        strict=True)))]
+    for b in body:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(b, widths, strict=True))))
+    comp = format_comparison(rows)
+    return "\n".join(lines) + ("\n" + comp if comp else "")
+
+
+def _change(val: float, base: float) -> str:
+    if not (math.isfinite(val) and math.isfinite(base)) or base == 0:
+        return "-"
+    pct = (val - base) / base * 100.0
+    return f"{abs(pct):.1f}% {'lower' if pct < 0 else 'higher'}"
+
+
+def format_comparison(rows: Mapping[str, Mapping[str, float]], baseline: str = "fair") -> str:
+    """Lines comparing every policy with ``baseline`` (and ``slaq`` with ``oracle``)."""
+    out = []
+    if baseline in rows:
+        base = rows[baseline]
+        for label, r in rows.items():
+            if label == baseline:
+                continue
+            parts = [f"{k} {_change(r.get(k, math.nan), base.get(k, math.nan))}" for k in COMPARED]
+            out.append(f"{label} vs {baseline}: " + ", ".join(parts))
+    if "slaq" in rows and "oracle" in rows:
+        k = "avg_normalized_loss"
+        change = _change(rows["slaq"].get(k, math.nan), rows["oracle"].get(k, math.nan))
+        out.append(f"slaq vs oracle: {k} {change}")
+    return "\n".join(out)
+
+
+def find_runs(paths: Sequence[str | Path]) -> list[Path]:
+    """Every metrics.h5 under the given run directories (a directory or its subdirectories)."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            found.append(p)
+        elif (p / "metrics.h5").is_file():
+            found.append(p / "metrics.h5")
+        elif p.is_dir() and sorted(p.glob("*/metrics.h5")):
+            found.extend(sorted(p.glob("*/metrics.h5")))
+        else:
+            raise ConfigError("RUN_DIR", str(p), "must be a run directory holding metrics.h5 "
+                              "(or directories that do)")
+    return found
+
+
+def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
+    """Read every run; keys are unique labels (the policy, made unique when repeated)."""
+    from slaq_mpi.sim.h5io import read_metrics
+
+    runs: dict[str, RunData] = {}
+    for path in find_runs(paths):
+        run = read_metrics(path)
+        label = run.policy
+        if label in runs:
+            label = f"{run.policy} ({run.mode}, {path.parent.name})"
+        n = 2
+        base = label
+        while label in runs:
+            label, n = f"{base} #{n}", n + 1
+        runs[label] = run
+    return runs
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print the table and write the PNG figures."""
+    runs = load_runs(args.run_dirs)
+    l_star = common_l_star(runs.values())
+    rows = {label: summarize(run, l_star) for label, run in runs.items()}
+    print(format_table(rows))
+    if args.json:
+        print(json.dumps({"runs": {k: {m: (v if math.isfinite(v) else None) for m, v in r.items()}
+                                   for k, r in rows.items()}}))
+    if args.no_plots:
+        return 0
+    out = Path(args.out) if args.out else Path(args.run_dirs[0])
+    try:
+        from slaq_mpi.plots import write_plots
+    except ImportError:
+        print("plots skipped: matplotlib is not installed (pip install 'slaq-mpi[plot]')")
+        return 0
+    written = write_plots(runs, l_star, out)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    """Add ``report`` to the ``slaq`` command line."""
+    p = subparsers.add_parser("report", help="metrics table and plots of real or simulated runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", metavar="DIR", help="where to write the PNGs (default: first RUN_DIR)")
+    p.add_argument("--no-plots", action="store_true", help="print the table only")
+    p.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,111 @@
+"""Subcommands ``slaq simulate``, ``slaq curves record`` and ``slaq sim-check``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JSON_KEYS", "add_cli", "cmd_curves_record", "cmd_sim_check", "cmd_simulate"]
+
+#: Per-policy keys of ``slaq simulate --json`` (other issues append to this tuple).
+JSON_KEYS: tuple[str, ...] = (
+    "avg_normalized_loss", "mean_time_to_90", "mean_time_to_95", "median_time_to_90", "makespan",
+    "decision_ms",
+)
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    stream = sys.stderr if args.json else sys.stdout
+
+    def say(msg: str) -> None:
+        print(msg, file=stream, flush=True)
+
+    return say
+
+
+def _num(v: float) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
+    from slaq_mpi import config
+    from slaq_mpi.evaluation import common_l_star, summarize
+    from slaq_mpi.report import format_table
+    from slaq_mpi.sim.run import run_policies
+    from slaq_mpi.sim.settings import check_policy_name
+
+    spec = config.load(args.config, check_files=False)
+    for name in args.policy or []:
+        check_policy_name(name, "--policy")
+    out = Path(args.out) if args.out else None
+    say = _progress(args)
+    runs = run_policies(spec, args.policy or None, out=out, progress=say, max_epochs=args.max_epochs)
+    l_star = common_l_star(runs.values())
+    rows = {name: summarize(run, l_star) for name, run in runs.items()}
+    say(format_table(rows))
+    if out is not None:
+        say(f"metrics written to {out}/<policy>/metrics.h5; plots: slaq report {out}/*")
+    if args.json:
+        payload = {"policies": {n: {k: _num(r.get(k, math.nan)) for k in JSON_KEYS}
+                                for n, r in rows.items()}}
+        print(json.dumps(payload), flush=True)
+    return 0
+
+
+def cmd_curves_record(args: argparse.Namespace) -> int:
+    """``slaq curves record``: re-record the curve library from our solvers."""
+    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
+    from slaq_mpi.sim.record import record_library
+
+    out = Path(args.out) if args.out else DEFAULT_LIBRARY
+    lib = record_library(out, args.algorithm or None, seed=args.seed)
+    print(f"{len(lib)} curves of {', '.join(lib.algorithms())} written to {out} "
+          f"({out.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+def cmd_sim_check(args: argparse.Namespace) -> int:
+    """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
+    from slaq_mpi.sim.run import compare_with_run
+
+    cmp = compare_with_run(args.run_dir, out=args.out)
+    ok = cmp.mean_share_difference <= args.threshold
+    if args.json:
+        print(json.dumps({"mean_share_difference": _num(cmp.mean_share_difference),
+                          "threshold": args.threshold, "ok": ok}))
+    else:
+        for name, m in sorted(cmp.scaling.items()):
+            print(f"  {name}: t(a) = {m.work:.4g}/a + {m.overhead:.4g} + {m.comm:.4g}*log2(a)")
+        print(f"mean core-share difference (sim vs real): {cmp.mean_share_difference:.1%} "
+              f"({'within' if ok else 'above'} {args.threshold:.0%})")
+    return 0 if ok else 1
+
+
+def add_cli(subparsers: Any) -> None:
+    """Add ``simulate``, ``curves`` and ``sim-check`` to the ``slaq`` command line."""
+    p = subparsers.add_parser("simulate", help="simulate an experiment under one or more policies")
+    p.add_argument("config", help="experiment YAML (its simulation: section, see docs)")
+    p.add_argument("--policy", action="append", metavar="NAME",
+                   help="policy to simulate (repeatable; default: simulation.policies)")
+    p.add_argument("--out", metavar="DIR", help="write DIR/<policy>/metrics.h5")
+    p.add_argument("--json", action="store_true", help="print one JSON summary line last")
+    p.add_argument("--max-epochs", type=int, default=None, help="stop after this many epochs")
+    p.set_defaults(func=cmd_simulate)
+    p = subparsers.add_parser("curves", help="the simulator's loss-curve library")
+    csub = p.add_subparsers(dest="curves_command", required=True, metavar="ACTION")
+    r = csub.add_parser("record", help="re-record the curve library from our solvers (serial)")
+    r.add_argument("--out", metavar="FILE", help="where to write (default: the packaged library)")
+    r.add_argument("--algorithm", action="append", help="only these algorithms (repeatable)")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=cmd_curves_record)
+    p = subparsers.add_parser("sim-check", help="compare a real run with its calibrated simulation")
+    p.add_argument("run_dir", help="a real run directory holding metrics.h5")
+    p.add_argument("--threshold", type=float, default=0.15, help="allowed mean share difference")
+    p.add_argument("--out", metavar="DIR", help="write the simulation's metrics.h5 here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sim_check)

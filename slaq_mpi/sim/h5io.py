@@ -1,0 +1,108 @@
+"""Read and write the metrics.h5 schema shared by real runs and simulations.
+
+Schema: root attrs name, policy, seed, capacity, epoch_seconds, mode, config. ``/jobs/<name>``:
+datasets loss, time (f8), cores (i4), iter_seconds (f8); attrs algorithm, arrival, start, end,
+status, reason, convergence and (simulator only) l_star. ``/epochs``: time (E,) f8, alloc (E, J)
+i4 with columns in the order of ``job_names`` (J,) utf-8 strings, decision_ms (E,), pause_ms (E,).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from slaq_mpi.evaluation import JobTrace, RunData
+
+__all__ = ["read_metrics", "write_metrics"]
+
+_STR = h5py.string_dtype(encoding="utf-8")
+
+
+def write_metrics(path: str | Path, run: RunData) -> None:
+    """Write ``run`` to ``path`` atomically (temp file, then rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
+    with h5py.File(tmp, "w") as f:
+        for key in ("name", "policy", "mode", "config"):
+            f.attrs[key] = str(getattr(run, key))
+        f.attrs["seed"] = int(run.seed)
+        f.attrs["capacity"] = int(run.capacity)
+        f.attrs["epoch_seconds"] = float(run.epoch_seconds)
+        jobs = f.create_group("jobs")
+        for name, job in run.jobs.items():
+            g = jobs.create_group(name)
+            g.create_dataset("loss", data=np.asarray(job.loss, dtype="f8"))
+            g.create_dataset("time", data=np.asarray(job.time, dtype="f8"))
+            g.create_dataset("cores", data=np.asarray(job.cores, dtype="i4"))
+            g.create_dataset("iter_seconds", data=np.asarray(job.iter_seconds, dtype="f8"))
+            for key in ("algorithm", "status", "reason", "convergence"):
+                g.attrs[key] = str(getattr(job, key))
+            for key in ("arrival", "start", "end"):
+                g.attrs[key] = float(getattr(job, key))
+            if job.l_star is not None:
+                g.attrs["l_star"] = float(job.l_star)
+        ep = f.create_group("epochs")
+        ep.create_dataset("time", data=np.asarray(run.epoch_time, dtype="f8"))
+        alloc = np.asarray(run.alloc, dtype="i4").reshape(len(run.epoch_time), len(run.job_names))
+        ep.create_dataset("alloc", data=alloc, compression="gzip" if alloc.size > 4096 else None)
+        ep.create_dataset("job_names", data=np.array(run.job_names, dtype=object), dtype=_STR)
+        ep.create_dataset("decision_ms", data=np.asarray(run.decision_ms, dtype="f8"))
+        ep.create_dataset("pause_ms", data=np.asarray(run.pause_ms, dtype="f8"))
+    os.replace(tmp, p)
+
+
+def _text(val: object) -> str:
+    return val.decode() if isinstance(val, bytes) else str(val)
+
+
+def read_metrics(path: str | Path) -> RunData:
+    """Read a metrics.h5 written by ``slaq run`` or ``slaq simulate``.
+
+    ``path`` may be the file or a run directory holding ``metrics.h5``.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "metrics.h5"
+    with h5py.File(p, "r") as f:
+        a = f.attrs
+        jobs: dict[str, JobTrace] = {}
+        for name, g in f.get("jobs", {}).items():
+            ga = g.attrs
+            l_star = float(ga["l_star"]) if "l_star" in ga else None
+            jobs[name] = JobTrace(
+                name=name, algorithm=_text(ga.get("algorithm", "")),
+                arrival=float(ga.get("arrival", 0.0)),
+                loss=np.asarray(g["loss"][()], dtype=np.float64),
+                time=np.asarray(g["time"][()], dtype=np.float64),
+                cores=np.asarray(g["cores"][()], dtype=np.int32),
+                iter_seconds=np.asarray(g["iter_seconds"][()], dtype=np.float64),
+                start=float(ga.get("start", math.nan)), end=float(ga.get("end", math.nan)),
+                status=_text(ga.get("status", "")), reason=_text(ga.get("reason", "")),
+                convergence=_text(ga.get("convergence", "unknown")),
+                l_star=l_star if l_star is None or math.isfinite(l_star) else None,
+            )
+        ep = f.get("epochs")
+        if ep is not None and "time" in ep:
+            etime = np.asarray(ep["time"][()], dtype=np.float64)
+            names = [_text(n) for n in ep["job_names"][()]] if "job_names" in ep else list(jobs)
+            alloc = np.asarray(ep["alloc"][()], dtype=np.int32).reshape(len(etime), len(names))
+            dec = np.asarray(ep["decision_ms"][()], dtype=np.float64) if "decision_ms" in ep else (
+                np.full(len(etime), np.nan))
+            pause = np.asarray(ep["pause_ms"][()], dtype=np.float64) if "pause_ms" in ep else (
+                np.full(len(etime), np.nan))
+        else:
+            etime, names = np.zeros(0), list(jobs)
+            alloc = np.zeros((0, len(names)), dtype=np.int32)
+            dec, pause = np.zeros(0), np.zeros(0)
+        return RunData(
+            name=_text(a.get("name", p.parent.name)), policy=_text(a.get("policy", "?")),
+            seed=int(a.get("seed", 0)), capacity=int(a.get("capacity", 0)),
+            epoch_seconds=float(a.get("epoch_seconds", 1.0)), mode=_text(a.get("mode", "run")),
+            config=_text(a.get("config", "")), jobs=jobs, job_names=names, epoch_time=etime,
+            alloc=alloc, decision_ms=dec, pause_ms=pause,
+        )

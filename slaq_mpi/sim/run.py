@@ -1,0 +1,151 @@
+"""Simulate an experiment under several policies, and compare a simulation with a real run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slaq_mpi.evaluation import RunData
+from slaq_mpi.policies import get_policy
+from slaq_mpi.sim.curves import CurveLibrary, extend
+from slaq_mpi.sim.engine import simulate
+from slaq_mpi.sim.h5io import read_metrics, write_metrics
+from slaq_mpi.sim.scaling import ScalingModel, fit_scaling
+from slaq_mpi.sim.settings import SimSettings, parse_settings
+from slaq_mpi.sim.workload import SimJob, build_workload, stop_iteration
+
+__all__ = ["Comparison", "compare_with_run", "prepare", "run_policies", "share_difference"]
+
+
+def prepare(spec: Any, library: CurveLibrary | None = None,
+            notes: list[str] | None = None) -> tuple[SimSettings, list[SimJob]]:
+    """Validated settings and the simulated workload of ``spec``."""
+    settings = parse_settings(spec)
+    if library is None:
+        library = CurveLibrary.load(settings.curve_file)
+    return settings, build_workload(spec, settings, library, notes)
+
+
+def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None, max_epochs: int | None = None,
+                 library: CurveLibrary | None = None) -> dict[str, RunData]:
+    """Simulate ``spec`` under each policy on the same workload; write OUT/<policy>/metrics.h5."""
+    notes: list[str] = []
+    settings, jobs = prepare(spec, library, notes)
+    for note in notes:
+        if progress:
+            progress(f"note: {note}")
+    names = list(policies) if policies else list(settings.policies)
+    runs: dict[str, RunData] = {}
+    for name in names:
+        params = dict(spec.policy_params) if name == spec.policy else {}
+        policy = get_policy(name, **params)
+        if progress:
+            progress(f"simulating {name}: {len(jobs)} jobs on {settings.capacity} cores, "
+                     f"epoch {spec.epoch_seconds:g} s")
+        run = simulate(
+            jobs, policy, capacity=settings.capacity, epoch_seconds=spec.epoch_seconds,
+            name=spec.name, seed=spec.seed, config_text=spec.source,
+            time_noise=settings.time_noise, reconfigure_seconds=settings.reconfigure_seconds,
+            max_epochs=max_epochs if max_epochs is not None else settings.max_epochs,
+            horizon=settings.horizon, progress=progress,
+        )
+        run.policy = name
+        runs[name] = run
+        if out is not None:
+            write_metrics(Path(out) / name / "metrics.h5", run)
+    return runs
+
+
+def _shares_at(run: RunData, t: np.ndarray, names: list[str]) -> np.ndarray:
+    """(len(t), len(names)) core shares of ``run`` at times ``t`` (the epoch in force)."""
+    out = np.zeros((len(t), len(names)))
+    if len(run.epoch_time) == 0 or run.capacity <= 0:
+        return out
+    idx = np.searchsorted(run.epoch_time, t, side="right") - 1
+    cols = {n: i for i, n in enumerate(run.job_names)}
+    ok = idx >= 0
+    for k, name in enumerate(names):
+        if name in cols:
+            out[ok, k] = run.alloc[idx[ok], cols[name]] / run.capacity
+    return out
+
+
+def share_difference(real: RunData, sim: RunData) -> float:
+    """Mean over the real run's epochs of the total-variation distance of core shares.
+
+    At each epoch start t of ``real``, both runs' allocations (the epoch in force at t) are
+    turned into shares of the capacity per job; the distance is half the sum over jobs of
+    ``|share_real - share_sim|``: the fraction of the cores the two runs gave differently.
+    """
+    names = sorted(set(real.job_names) | set(sim.job_names))
+    t = np.asarray(real.epoch_time, dtype=np.float64)
+    if len(t) == 0:
+        return math.nan
+    diff = np.abs(_shares_at(real, t, names) - _shares_at(sim, t, names)).sum(axis=1) / 2.0
+    return float(diff.mean())
+
+
+@dataclass
+class Comparison:
+    """A real run against its calibrated simulation."""
+
+    real: RunData
+    simulated: RunData
+    scaling: dict[str, ScalingModel]
+    mean_share_difference: float
+
+
+def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None = None,
+                     out: str | Path | None = None) -> Comparison:
+    """Calibrate the simulator from a real run's metrics.h5, simulate it, compare allocations.
+
+    Each job replays the losses it really reported (so curves are exact), arrives when it
+    really arrived, and runs at a scaling model fitted to its observed (cores, seconds per
+    iteration); the run's own policy, capacity and epoch length are used.
+    """
+    import yaml
+
+    from slaq_mpi import config as cfg
+
+    real = read_metrics(run_dir)
+    spec = cfg.parse(yaml.safe_load(real.config), check_files=False)
+    templates = {j.name: j for j in spec.jobs}
+    fitted: dict[str, ScalingModel] = {}
+    jobs: list[SimJob] = []
+    for name, tr in real.jobs.items():
+        tpl = templates.get(name)
+        if len(tr.loss) == 0:
+            continue
+        try:
+            model = fit_scaling(zip(tr.cores.tolist(), tr.iter_seconds.tolist(), strict=True))
+        except ValueError:
+            model = ScalingModel(work=1.0)
+        fitted[name] = model
+        curve = np.asarray(tr.loss, dtype=np.float64)
+        stop = tpl.stop if tpl is not None else None
+        n_stop = stop_iteration(curve, stop.max_iterations if stop else None,
+                                stop.tolerance if stop else None, len(curve))
+        if tr.status != "done":
+            n_stop = max(n_stop, len(curve))
+        jobs.append(SimJob(
+            name=name, algorithm=tr.algorithm, convergence=tr.convergence, arrival=tr.arrival,
+            curve=extend(curve, n_stop + 1), l_star=float(np.min(curve)), scaling=model,
+            max_cores=min((tpl.max_cores if tpl and tpl.max_cores else real.capacity), real.capacity),
+            stop_iter=n_stop, max_iterations=stop.max_iterations if stop else None,
+        ))
+    jobs.sort(key=lambda j: (j.arrival, j.name))
+    policy = get_policy(real.policy, **(dict(spec.policy_params) if real.policy == spec.policy else {}))
+    horizon = float(real.epoch_time[-1]) + real.epoch_seconds if len(real.epoch_time) else None
+    sim = simulate(jobs, policy, capacity=real.capacity, epoch_seconds=real.epoch_seconds,
+                   name=real.name, seed=real.seed, config_text=real.config, horizon=horizon,
+                   progress=progress)
+    sim.policy = real.policy
+    if out is not None:
+        write_metrics(Path(out) / "metrics.h5", sim)
+    return Comparison(real, sim, fitted, share_difference(real, sim))

@@ -1,0 +1,221 @@
+"""The ``simulation:`` mapping of an experiment YAML, validated into :class:`SimSettings`.
+
+Every key is optional::
+
+    simulation:
+      capacity: 640            # cores for jobs (default: nodes * cores_per_node, else ranks - 1)
+      nodes: 20                # alternative to capacity, with cores_per_node
+      cores_per_node: 32
+      policies: [fair, slaq]   # what `slaq simulate` runs when no --policy is given
+      curves: library          # library (recorded from our solvers) | analytic
+      curve_file: path.npz     # another recorded library (default: the packaged one)
+      workload:                # absent: the `jobs:` list is the workload, arrivals as listed
+        jobs: 160              # N arrivals, each a copy of one `jobs:` entry (a template)
+        mean_gap: 15.0         # Poisson arrivals: exponential gaps with this mean (seconds)
+        start: 0.0             # first arrival time
+        mix: {logreg-a: 2}     # template weights (default: equal)
+        size_jitter: 0.3       # sigma of a lognormal factor on each job's work
+      work_scale: 1.0          # multiplies every job's work (calibration knob)
+      scaling:                 # seconds/iter(a) = work/a + overhead + comm * log2(a)
+        default: {overhead: 0.05, comm: 0.01}
+        kmeans: {overhead: 0.08, cost: 2.0e-9}   # cost: 1-core seconds per row*feature
+      time_noise: 0.0          # relative std of each epoch's seconds/iteration
+      reconfigure_seconds: 0.0 # time lost by a job whose core count changes
+      max_epochs: 100          # stop early (default: when every job is done)
+      horizon: 3600.0          # stop at this simulated time (seconds)
+      max_iterations: 20000    # safety cap on iterations of any simulated job
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slaq_mpi.errors import ConfigError
+
+__all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
+
+_KEYS = {
+    "capacity", "nodes", "cores_per_node", "policies", "curves", "curve_file", "workload",
+    "work_scale", "scaling", "time_noise", "reconfigure_seconds", "max_epochs", "horizon",
+    "max_iterations",
+}
+_WORKLOAD_KEYS = {"jobs", "mean_gap", "start", "mix", "size_jitter"}
+_SCALING_KEYS = {"overhead", "comm", "cost"}
+CURVE_SOURCES = ("library", "analytic")
+
+
+@dataclass(frozen=True)
+class ScalingParams:
+    """Per-algorithm scaling model parameters (None: use the default / library value)."""
+
+    overhead: float = 0.05
+    comm: float = 0.01
+    cost: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    """N Poisson arrivals drawn from the `jobs:` templates."""
+
+    jobs: int
+    mean_gap: float
+    start: float = 0.0
+    mix: Mapping[str, float] = field(default_factory=dict)
+    size_jitter: float = 0.3
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Validated simulator settings."""
+
+    capacity: int
+    policies: tuple[str, ...]
+    curves: str = "library"
+    curve_file: str | None = None
+    workload: WorkloadSettings | None = None
+    work_scale: float = 1.0
+    scaling: Mapping[str, ScalingParams] = field(default_factory=dict)
+    time_noise: float = 0.0
+    reconfigure_seconds: float = 0.0
+    max_epochs: int | None = None
+    horizon: float | None = None
+    max_iterations: int = 20000
+
+    def scaling_for(self, algorithm: str) -> ScalingParams:
+        """The scaling parameters of ``algorithm`` (its own entry, else ``default``)."""
+        return self.scaling.get(algorithm) or self.scaling.get("default") or ScalingParams()
+
+
+def _num(val: Any, where: str, lo: float, open_lo: bool = False) -> float:
+    ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
+    if not ok or val < lo or (open_lo and val == lo):
+        raise ConfigError(where, val, f"must be a number {'>' if open_lo else '>='} {lo:g}")
+    return float(val)
+
+
+def _integer(val: Any, where: str, lo: int) -> int:
+    if isinstance(val, bool) or not isinstance(val, int) or val < lo:
+        raise ConfigError(where, val, f"must be an integer >= {lo}")
+    return int(val)
+
+
+def _keys(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, raw, "must be a mapping of key: value")
+    for key in raw:
+        if key not in allowed:
+            shown = ", ".join(sorted(allowed))
+            raise ConfigError(f"{where}.{key}", "(unknown key)", f"allowed keys: {shown}")
+    return raw
+
+
+def parse_settings(spec: Any) -> SimSettings:
+    """Validate ``spec.simulation`` (an :class:`~slaq_mpi.config.ExperimentSpec`).
+
+    Raises:
+        ConfigError: naming the ``simulation.*`` key, the bad value and what is allowed.
+    """
+    raw = _keys(spec.simulation or {}, "simulation", _KEYS)
+    w = "simulation"
+    if "capacity" in raw:
+        capacity = _integer(raw["capacity"], f"{w}.capacity", 1)
+    elif "nodes" in raw or "cores_per_node" in raw:
+        capacity = _integer(raw.get("nodes", 1), f"{w}.nodes", 1) * _integer(
+            raw.get("cores_per_node", 1), f"{w}.cores_per_node", 1)
+    else:
+        capacity = max(1, int(spec.ranks) - 1)
+    pols = raw.get("policies", [spec.policy])
+    if isinstance(pols, str):
+        pols = [pols]
+    if not isinstance(pols, list) or not pols:
+        raise ConfigError(f"{w}.policies", pols, "must be a non-empty list of policy names")
+    for p in pols:
+        check_policy_name(p, f"{w}.policies")
+    curves = raw.get("curves", "library")
+    if curves not in CURVE_SOURCES:
+        raise ConfigError(f"{w}.curves", curves, f"allowed: {', '.join(CURVE_SOURCES)}")
+    curve_file = raw.get("curve_file")
+    if curve_file is not None and (not isinstance(curve_file, str) or not curve_file):
+        raise ConfigError(f"{w}.curve_file", curve_file, "must be a path to a .npz curve library")
+    workload = None
+    if raw.get("workload") is not None:
+        workload = _workload(raw["workload"], spec)
+    scaling: dict[str, ScalingParams] = {}
+    sc = _keys(raw.get("scaling", {}) or {}, f"{w}.scaling", set(_algorithm_names(spec)) | {"default"})
+    for alg, params in sc.items():
+        p = _keys(params or {}, f"{w}.scaling.{alg}", _SCALING_KEYS)
+        base = ScalingParams()
+        scaling[alg] = ScalingParams(
+            overhead=_num(p.get("overhead", base.overhead), f"{w}.scaling.{alg}.overhead", 0.0),
+            comm=_num(p.get("comm", base.comm), f"{w}.scaling.{alg}.comm", 0.0),
+            cost=None if p.get("cost") is None else _num(p["cost"], f"{w}.scaling.{alg}.cost", 0.0, True),
+        )
+    if "default" in scaling:
+        d = scaling["default"]
+        given = sc["default"] or {}
+        for alg in list(scaling):
+            if alg == "default":
+                continue
+            own = sc[alg] or {}
+            s = scaling[alg]
+            scaling[alg] = ScalingParams(
+                overhead=s.overhead if "overhead" in own else d.overhead,
+                comm=s.comm if "comm" in own else d.comm,
+                cost=s.cost if "cost" in own else (d.cost if "cost" in given else None),
+            )
+    max_epochs = raw.get("max_epochs")
+    horizon = raw.get("horizon")
+    return SimSettings(
+        capacity=capacity,
+        policies=tuple(str(p) for p in pols),
+        curves=str(curves),
+        curve_file=curve_file,
+        workload=workload,
+        work_scale=_num(raw.get("work_scale", 1.0), f"{w}.work_scale", 0.0, True),
+        scaling=scaling,
+        time_noise=_num(raw.get("time_noise", 0.0), f"{w}.time_noise", 0.0),
+        reconfigure_seconds=_num(raw.get("reconfigure_seconds", 0.0), f"{w}.reconfigure_seconds", 0.0),
+        max_epochs=None if max_epochs is None else _integer(max_epochs, f"{w}.max_epochs", 1),
+        horizon=None if horizon is None else _num(horizon, f"{w}.horizon", 0.0, True),
+        max_iterations=_integer(raw.get("max_iterations", 20000), f"{w}.max_iterations", 1),
+    )
+
+
+def check_policy_name(name: Any, where: str) -> None:
+    """Raise :class:`ConfigError` unless ``name`` is a policy the simulator can run."""
+    from slaq_mpi.policies import PolicyError, get_policy
+
+    try:
+        get_policy(str(name))
+    except PolicyError as exc:
+        raise ConfigError(where, name, str(exc).split("; ", 1)[-1]) from None
+
+
+def _algorithm_names(spec: Any) -> list[str]:
+    from jobs import ALGORITHMS
+
+    return [*ALGORITHMS, *(j.algorithm for j in spec.jobs)]
+
+
+def _workload(raw: Any, spec: Any) -> WorkloadSettings:
+    w = "simulation.workload"
+    wl = _keys(raw, w, _WORKLOAD_KEYS)
+    if "jobs" not in wl:
+        raise ConfigError(f"{w}.jobs", None, "this key is required: the number of arrivals")
+    if "mean_gap" not in wl:
+        raise ConfigError(f"{w}.mean_gap", None, "this key is required: mean seconds between arrivals")
+    names = {j.name for j in spec.jobs}
+    mix = _keys(wl.get("mix", {}) or {}, f"{w}.mix", names)
+    weights = {str(k): _num(v, f"{w}.mix.{k}", 0.0) for k, v in mix.items()}
+    if weights and sum(weights.values()) <= 0:
+        raise ConfigError(f"{w}.mix", dict(mix), "at least one template weight must be > 0")
+    return WorkloadSettings(
+        jobs=_integer(wl["jobs"], f"{w}.jobs", 1),
+        mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0),
+        start=_num(wl.get("start", 0.0), f"{w}.start", 0.0),
+        mix=weights,
+        size_jitter=_num(wl.get("size_jitter", 0.3), f"{w}.size_jitter", 0.0),
+    )

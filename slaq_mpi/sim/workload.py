@@ -1,0 +1,157 @@
+"""The simulated jobs of an experiment: arrival, true loss curve and scaling model of each.
+
+Without ``simulation.workload`` the ``jobs:`` list is the workload (arrivals as listed). With it,
+``workload.jobs`` jobs arrive as a Poisson process (exponential gaps of mean ``mean_gap``), each
+a copy of a ``jobs:`` entry (template) drawn with the ``mix`` weights. Every job replays a curve
+drawn from the library for its algorithm (or an analytic curve of its convergence class), and
+runs at ``seconds/iter(a) = work/a + overhead + comm*log2(a)`` with ``work`` = the algorithm's
+cost per row*feature * rows * features of its dataset * a lognormal jitter * ``work_scale``.
+All random choices come from the experiment seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from slaq_mpi.sim.curves import Curve, CurveLibrary, analytic_curve, extend
+from slaq_mpi.sim.scaling import ScalingModel
+from slaq_mpi.sim.settings import SimSettings
+
+__all__ = ["SimJob", "build_workload", "stop_iteration"]
+
+
+@dataclass
+class SimJob:
+    """One simulated job and the truth about it (only the oracle may look at the truth)."""
+
+    name: str
+    algorithm: str
+    convergence: str
+    arrival: float
+    curve: np.ndarray
+    l_star: float
+    scaling: ScalingModel
+    max_cores: int
+    stop_iter: int
+    max_iterations: int | None
+    curve_name: str = ""
+    utility: Mapping[str, Any] | None = None
+    template: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def normalized_curve(self) -> np.ndarray:
+        """The true normalized loss after k iterations, k = 0..stop_iter."""
+        span = self.curve[0] - self.l_star
+        if not span > 0:
+            return np.zeros(len(self.curve))
+        return (self.curve - self.l_star) / span
+
+
+def stop_iteration(curve: np.ndarray, max_iterations: int | None, tolerance: float | None,
+                   cap: int) -> int:
+    """Iterations a job runs before its stop rule holds on the losses it reports.
+
+    The job reports ``curve[0..n-1]`` after n iterations; it stops at the first n with
+    ``n >= max_iterations`` or ``|r[n-2] - r[n-1]| <= tolerance * |r[n-2]|`` (config.StopRule).
+    """
+    limit = min(cap, max_iterations) if max_iterations is not None else cap
+    if tolerance is not None:
+        c = extend(curve, limit + 1)
+        rel = np.abs(c[:-1] - c[1:]) <= tolerance * np.maximum(np.abs(c[:-1]), 1e-300)
+        hit = np.flatnonzero(rel[: max(limit - 1, 0)])
+        if len(hit):
+            return max(2, int(hit[0]) + 2)
+    return max(1, limit)
+
+
+def _cells(template: Any) -> float:
+    ds = template.dataset
+    if ds.generator is not None:
+        return float(ds.params.get("rows", 1000)) * float(ds.params.get("features", 100))
+    try:
+        from slaq_mpi.datasets import inspect
+
+        info = inspect(ds.path)
+        return float(info.rows) * float(info.features)
+    except Exception:
+        return 1e6
+
+
+def _convergence(algorithm: str) -> str:
+    try:
+        from jobs import load_solver
+
+        conv = getattr(load_solver(algorithm), "convergence", "unknown")
+    except Exception:
+        conv = "unknown"
+    return conv if conv in ("sublinear", "linear", "unknown") else "unknown"
+
+
+def _pick_curve(template: Any, conv: str, settings: SimSettings, library: CurveLibrary,
+                rng: np.random.Generator, name: str, notes: list[str]) -> Curve:
+    if settings.curves == "library":
+        options = library.for_algorithm(template.algorithm)
+        if options:
+            return options[int(rng.integers(len(options)))]
+        note = f"no recorded curve for {template.algorithm!r}: analytic {conv} curves used"
+        if note not in notes:
+            notes.append(note)
+    return analytic_curve("linear" if conv == "linear" else "sublinear", rng, name=name)
+
+
+def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
+                   notes: list[str] | None = None) -> list[SimJob]:
+    """The simulated jobs of ``spec`` in arrival order (deterministic for ``spec.seed``)."""
+    notes = notes if notes is not None else []
+    templates = list(spec.jobs)
+    wl = settings.workload
+    picks: list[tuple[Any, float, str, float]] = []  # template, arrival, name, jitter sigma
+    if wl is None:
+        picks = [(t, t.arrival, t.name, 0.0) for t in templates]
+    else:
+        rng = np.random.default_rng([spec.seed, 1])
+        weights = np.array([wl.mix.get(t.name, 0.0 if wl.mix else 1.0) for t in templates])
+        weights = weights / weights.sum()
+        gaps = rng.exponential(wl.mean_gap, size=wl.jobs) if wl.mean_gap > 0 else np.zeros(wl.jobs)
+        gaps[0] = 0.0
+        arrivals = wl.start + np.cumsum(gaps)
+        which = rng.choice(len(templates), size=wl.jobs, p=weights)
+        width = len(str(wl.jobs - 1))
+        picks = [(templates[w], float(a), f"{templates[w].name}-{i:0{width}d}", wl.size_jitter)
+                 for i, (w, a) in enumerate(zip(which, arrivals, strict=True))]
+    out: list[SimJob] = []
+    conv_cache: dict[str, str] = {}
+    for i, (tpl, arrival, name, jitter) in enumerate(picks):
+        rng = np.random.default_rng([spec.seed, 2, i])
+        conv = conv_cache.setdefault(tpl.algorithm, _convergence(tpl.algorithm))
+        curve = _pick_curve(tpl, conv, settings, library, rng, name, notes)
+        sc = settings.scaling_for(tpl.algorithm)
+        cost = sc.cost if sc.cost is not None else library.cost(tpl.algorithm)
+        factor = float(rng.lognormal(0.0, jitter)) if jitter > 0 else 1.0
+        work = cost * _cells(tpl) * factor * settings.work_scale
+        stop = stop_iteration(curve.losses, tpl.stop.max_iterations, tpl.stop.tolerance,
+                              settings.max_iterations)
+        out.append(SimJob(
+            name=name,
+            algorithm=tpl.algorithm,
+            convergence=conv if conv != "unknown" else curve.convergence,
+            arrival=arrival,
+            curve=extend(curve.losses, stop + 1),
+            l_star=min(curve.l_star, float(np.min(curve.losses))),
+            scaling=ScalingModel(work=work, overhead=sc.overhead, comm=sc.comm),
+            max_cores=min(tpl.max_cores or settings.capacity, settings.capacity),
+            stop_iter=stop,
+            max_iterations=tpl.stop.max_iterations,
+            curve_name=curve.name,
+            utility=tpl.utility,
+            template=tpl.name,
+        ))
+    out.sort(key=lambda j: (j.arrival, j.name))
+    if any(not math.isfinite(j.scaling.work) for j in out):
+        raise ValueError("non-finite job work; check simulation.scaling")
+    return out

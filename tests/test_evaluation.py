@@ -1,0 +1,110 @@
+"""Metric functions on hand-made traces with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from slaq_mpi.evaluation import (
+    JobTrace,
+    RunData,
+    average_normalized_loss,
+    avg_normalized_loss_series,
+    common_l_star,
+    core_share_by_loss_group,
+    makespan,
+    normalized_loss,
+    normalized_loss_at,
+    reduction_times,
+    summarize,
+    time_to_reduction,
+)
+
+
+def job(name: str, arrival: float, losses: list[float], times: list[float], end: float = math.nan,
+        l_star: float | None = None) -> JobTrace:
+    n = len(losses)
+    return JobTrace(name=name, algorithm="x", arrival=arrival, loss=np.array(losses, dtype=float),
+                    time=np.array(times, dtype=float), cores=np.ones(n, dtype=np.int32),
+                    iter_seconds=np.ones(n), end=end, l_star=l_star)
+
+
+def run_of(jobs: list[JobTrace], epoch_time: list[float] | None = None,
+           alloc: list[list[int]] | None = None, policy: str = "p") -> RunData:
+    et = np.array(epoch_time or [], dtype=float)
+    al = np.array(alloc or np.zeros((len(et), len(jobs))), dtype=np.int32).reshape(len(et), len(jobs))
+    return RunData(name="t", policy=policy, seed=0, capacity=100, epoch_seconds=2.0, mode="simulate",
+                   config="", jobs={j.name: j for j in jobs}, job_names=[j.name for j in jobs],
+                   epoch_time=et, alloc=al, decision_ms=np.array([1.0, 3.0]), pause_ms=np.zeros(2))
+
+
+A = job("a", 0.0, [10.0, 5.0, 1.0, 0.0], [1.0, 2.0, 3.0, 4.0], end=4.0)
+
+
+def test_normalized_loss_known_values() -> None:
+    assert normalized_loss([10.0, 5.0, 2.0], 10.0, 0.0) == pytest.approx([1.0, 0.5, 0.2])
+    assert normalized_loss([4.0, 3.0], 4.0, 2.0) == pytest.approx([1.0, 0.5])
+    # nothing to gain: defined as already converged
+    assert normalized_loss([3.0, 3.0], 3.0, 3.0) == pytest.approx([0.0, 0.0])
+
+
+def test_normalized_loss_step_function() -> None:
+    t = np.array([-1.0, 0.5, 1.5, 2.5, 3.5, 4.0, 9.0])
+    got = normalized_loss_at(A, 0.0, t)
+    assert np.isnan(got[0]) and np.isnan(got[5]) and np.isnan(got[6])  # before arrival, after end
+    assert got[1:5] == pytest.approx([1.0, 1.0, 0.5, 0.1])
+
+
+def test_time_to_reduction() -> None:
+    assert time_to_reduction(A, 0.0, 50) == pytest.approx(2.0)
+    assert time_to_reduction(A, 0.0, 90) == pytest.approx(3.0)
+    assert time_to_reduction(A, 0.0, 95) == pytest.approx(4.0)
+    late = job("b", 10.0, [8.0, 4.0], [12.0, 15.0])
+    assert time_to_reduction(late, 0.0, 50) == pytest.approx(5.0)  # measured from arrival
+    assert math.isnan(time_to_reduction(late, 0.0, 90))  # never reached
+
+
+def test_average_normalized_loss_one_job() -> None:
+    # [0,2): 1.0, [2,3): 0.5, [3,4): 0.1 -> (2 + 0.5 + 0.1) / 4
+    assert average_normalized_loss(run_of([A]), {"a": 0.0}, dt=0.5) == pytest.approx(0.65)
+
+
+def test_average_over_active_jobs_only() -> None:
+    b = job("b", 2.0, [], [])  # arrived at 2, never ran: 1.0 while active
+    run = run_of([A, b])
+    grid = np.arange(0.0, 4.0, 0.5)
+    series = avg_normalized_loss_series(run, {"a": 0.0, "b": 0.0}, grid)
+    assert series == pytest.approx([1, 1, 1, 1, 0.75, 0.75, 0.55, 0.55])
+    assert average_normalized_loss(run, {"a": 0.0, "b": 0.0}, dt=0.5) == pytest.approx(0.825)
+
+
+def test_common_l_star_is_lowest_known_in_any_run() -> None:
+    r1 = run_of([job("x", 0, [9.0, 3.0], [1, 2])])
+    r2 = run_of([job("x", 0, [9.0, 4.0], [1, 2], l_star=2.5), job("y", 0, [5.0, 1.0], [1, 2])])
+    ls = common_l_star([r1, r2])
+    assert ls == {"x": 2.5, "y": 1.0}
+    r3 = run_of([job("x", 0, [9.0, 2.0], [1, 2])])
+    assert common_l_star([r1, r2, r3])["x"] == 2.0
+
+
+def test_core_share_groups() -> None:
+    # four active jobs with normalized losses 0.9, 0.6, 0.3, 0.1 at t=5 holding 10, 20, 30, 40 cores
+    js = [job(n, 0.0, [1.0, v], [1.0, 2.0]) for n, v in (("h", 0.9), ("m", 0.6), ("l1", 0.3), ("l2", 0.1))]
+    run = run_of(js, epoch_time=[5.0], alloc=[[10, 20, 30, 40]])
+    times, shares = core_share_by_loss_group(run, {j.name: 0.0 for j in js})
+    assert times.tolist() == [5.0]
+    assert shares[0] == pytest.approx([0.1, 0.2, 0.7])
+
+
+def test_makespan_and_summary() -> None:
+    b = job("b", 1.0, [4.0, 2.0], [3.0, 7.5], end=7.5)
+    run = run_of([A, b])
+    assert makespan(run) == pytest.approx(7.5)
+    s = summarize(run, {"a": 0.0, "b": 0.0})
+    assert s["decision_ms"] == pytest.approx(2.0)
+    assert s["mean_time_to_90"] == pytest.approx(3.0)  # b never reaches 90%: left out
+    assert s["reached_90"] == 1.0
+    assert s["median_time_to_90"] == pytest.approx(3.0)
+    assert reduction_times(run, {"a": 0.0, "b": 0.0}, 50) == pytest.approx([2.0, 6.5])

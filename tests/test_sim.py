@@ -1,0 +1,199 @@
+"""The simulator engine, workload generation and settings (no MPI)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from slaq_mpi import config
+from slaq_mpi.errors import ConfigError
+from slaq_mpi.sim import ScalingModel, SimJob, SimulationError, parse_settings, run_policies, simulate
+from slaq_mpi.sim.curves import CurveLibrary, analytic_curve
+from slaq_mpi.sim.workload import stop_iteration
+from slaq_mpi.snapshot import ClusterSnapshot
+
+
+def make_spec(simulation: dict[str, Any], seed: int = 3, jobs: list[dict[str, Any]] | None = None) -> Any:
+    raw = {
+        "name": "t", "epoch_seconds": 1.0, "policy": "fair", "ranks": 9, "seed": seed,
+        "jobs": jobs or [
+            {"name": "lr", "algorithm": "logreg", "stop": {"max_iterations": 300, "tolerance": 1e-6},
+             "dataset": {"generator": "classification", "rows": 100000, "features": 50}},
+            {"name": "km", "algorithm": "kmeans", "stop": {"max_iterations": 300, "tolerance": 1e-6},
+             "dataset": {"generator": "blobs", "rows": 100000, "features": 50}},
+        ],
+        "simulation": simulation,
+    }
+    return config.parse(raw, check_files=False)
+
+
+SMALL = {"capacity": 16, "curves": "analytic", "workload": {"jobs": 12, "mean_gap": 3.0},
+         "work_scale": 3.0, "scaling": {"default": {"overhead": 0.01, "comm": 0.002}}}
+
+
+def linear_job(name: str = "j", arrival: float = 0.0, n: int = 10, work: float = 1.0) -> SimJob:
+    curve = 0.5 ** np.arange(n + 1)
+    return SimJob(name=name, algorithm="x", convergence="linear", arrival=arrival, curve=curve,
+                  l_star=0.0, scaling=ScalingModel(work=work), max_cores=64, stop_iter=n,
+                  max_iterations=n)
+
+
+def test_same_seed_same_result_different_seed_different_workload() -> None:
+    a = run_policies(make_spec(SMALL), ["fair", "oracle"])
+    b = run_policies(make_spec(SMALL), ["fair", "oracle"])
+    for name in ("fair", "oracle"):
+        assert np.array_equal(a[name].alloc, b[name].alloc)
+        for jn, tr in a[name].jobs.items():
+            assert np.array_equal(tr.loss, b[name].jobs[jn].loss)
+            assert np.array_equal(tr.time, b[name].jobs[jn].time)
+    c = run_policies(make_spec(SMALL, seed=4), ["fair"])
+    arr_a = sorted(j.arrival for j in a["fair"].jobs.values())
+    arr_c = sorted(j.arrival for j in c["fair"].jobs.values())
+    assert arr_a != arr_c
+
+
+def test_policies_share_the_workload() -> None:
+    runs = run_policies(make_spec(SMALL), ["fair", "fifo"])
+    f, g = runs["fair"], runs["fifo"]
+    assert f.job_names == g.job_names
+    for name in f.job_names:
+        assert f.jobs[name].arrival == g.jobs[name].arrival
+        assert f.jobs[name].l_star == g.jobs[name].l_star
+        n = min(len(f.jobs[name].loss), len(g.jobs[name].loss))
+        assert np.array_equal(f.jobs[name].loss[:n], g.jobs[name].loss[:n])  # same true curve
+
+
+def test_poisson_workload_shape() -> None:
+    runs = run_policies(make_spec(SMALL), ["fair"])
+    run = runs["fair"]
+    arrivals = np.array([j.arrival for j in run.jobs.values()])
+    assert len(arrivals) == 12 and arrivals.min() == 0.0
+    assert all(j.status == "done" for j in run.jobs.values())
+    assert {n.rsplit("-", 1)[0] for n in run.job_names} <= {"lr", "km"}
+
+
+def test_engine_iteration_times_exact() -> None:
+    class Four:
+        name = "four"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            return {j.job_id: 4 for j in snap.jobs}
+
+    run = simulate([linear_job(n=10)], Four(), capacity=4, epoch_seconds=1.0)
+    tr = run.jobs["j"]
+    assert tr.time == pytest.approx(np.arange(1, 11) * 0.25)  # 1 s of work on 4 cores each
+    assert tr.loss == pytest.approx(0.5 ** np.arange(10))  # the loss before each update
+    assert tr.end == pytest.approx(2.5) and tr.status == "done"
+    assert tr.cores.tolist() == [4] * 10
+    assert run.alloc[:, 0].tolist() == [4, 4, 4]
+
+
+def test_progress_carries_over_between_epochs() -> None:
+    class One:
+        name = "one"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            return {j.job_id: 1 for j in snap.jobs}
+
+    run = simulate([linear_job(n=3, work=1.5)], One(), capacity=1, epoch_seconds=1.0)
+    assert run.jobs["j"].time == pytest.approx([1.5, 3.0, 4.5])
+
+
+def test_policy_sees_only_the_past() -> None:
+    seen: list[ClusterSnapshot] = []
+
+    class Spy:
+        name = "spy"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            seen.append(snap)
+            return {j.job_id: 2 for j in snap.jobs}
+
+    jobs = [linear_job("a", 0.0, n=40, work=3.0), linear_job("b", 2.5, n=40, work=3.0)]
+    run = simulate(jobs, Spy(), capacity=4, epoch_seconds=1.0)
+    for snap in seen:
+        for js in snap.jobs:
+            tr = run.jobs[js.job_id]
+            done = int(np.sum(tr.time <= snap.now + 1e-9))
+            assert len(js.losses) == done  # exactly the iterations finished by now
+            assert js.arrival <= snap.now
+            assert all(c == 2 for c, _ in js.throughput)
+    assert seen[0].jobs[0].job_id == "a" and len(seen[0].jobs) == 1
+    assert any(len(s.jobs) == 2 for s in seen) and seen[3].now == 3.0
+
+
+def test_overallocation_is_an_error() -> None:
+    class Greedy:
+        name = "greedy"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            return {j.job_id: 5 for j in snap.jobs}
+
+    with pytest.raises(SimulationError, match="capacity is 4"):
+        simulate([linear_job()], Greedy(), capacity=4, epoch_seconds=1.0)
+
+
+def test_oracle_beats_fair_on_its_objective() -> None:
+    from slaq_mpi.evaluation import average_normalized_loss, common_l_star
+
+    runs = run_policies(make_spec(SMALL), ["fair", "oracle"])
+    ls = common_l_star(runs.values())
+    assert average_normalized_loss(runs["oracle"], ls) < average_normalized_loss(runs["fair"], ls)
+
+
+def test_max_epochs_and_horizon_stop_early() -> None:
+    spec = make_spec({**SMALL, "max_epochs": 5})
+    run = run_policies(spec, ["fair"])["fair"]
+    assert len(run.epoch_time) == 5
+    assert any(j.status in ("running", "waiting") for j in run.jobs.values())
+
+
+def test_stop_iteration_rules() -> None:
+    curve = np.array([8.0, 4.0, 2.0, 1.0, 1.0, 1.0])
+    assert stop_iteration(curve, 3, None, 100) == 3
+    assert stop_iteration(curve, None, 1e-9, 100) == 5  # reports 1.0 twice after 5 iterations
+    assert stop_iteration(curve, 100, None, 50) == 50  # the simulator's cap
+
+
+def test_settings_validation_names_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"simulation\.workload\.mean_gap"):
+        parse_settings(make_spec({"workload": {"jobs": 3, "mean_gap": -1}}))
+    with pytest.raises(ConfigError, match=r"simulation\.bogus"):
+        parse_settings(make_spec({"bogus": 1}))
+    with pytest.raises(ConfigError, match=r"simulation\.policies"):
+        parse_settings(make_spec({"policies": ["nope"]}))
+    with pytest.raises(ConfigError, match=r"simulation\.scaling\.nosuchalg"):
+        parse_settings(make_spec({"scaling": {"nosuchalg": {"overhead": 1}}}))
+    s = parse_settings(make_spec({"nodes": 2, "cores_per_node": 8,
+                                  "scaling": {"default": {"comm": 0.5}, "logreg": {"overhead": 2}}}))
+    assert s.capacity == 16
+    assert s.scaling_for("logreg").overhead == 2 and s.scaling_for("logreg").comm == 0.5
+    assert parse_settings(make_spec({})).capacity == 8  # ranks - 1
+
+
+def test_analytic_curves_converge_and_library_roundtrip(tmp_path: Any) -> None:
+    rng = np.random.default_rng(0)
+    for kind in ("sublinear", "linear"):
+        c = analytic_curve(kind, rng)
+        assert c.losses[0] == pytest.approx(1.0)
+        assert np.all(np.diff(c.losses) <= 0) and c.losses[-1] >= c.l_star
+        assert (c.losses[-1] - c.l_star) / (1 - c.l_star) < 0.05
+    lib = CurveLibrary([analytic_curve("linear", rng, name="a"), analytic_curve("sublinear", rng, name="b")])
+    lib.save(tmp_path / "c.npz")
+    back = CurveLibrary.load(tmp_path / "c.npz")
+    assert [c.name for c in back.curves] == ["a", "b"]
+    assert np.array_equal(back.curves[1].losses, lib.curves[1].losses)
+
+
+def test_packaged_library_is_small_and_sane() -> None:
+    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
+
+    assert DEFAULT_LIBRARY.stat().st_size < 2 * 1024 * 1024
+    lib = CurveLibrary.load()
+    assert {"logreg", "kmeans"} <= set(lib.algorithms())
+    for c in lib.curves:
+        assert c.l_star <= c.losses.min() + 1e-12
+        assert math.isfinite(c.cost_per_cell) and c.cost_per_cell > 0
