@@ -1,0 +1,425 @@
+"""Unit tier for slaq_mpi.slurm: settings validation, the sbatch script (golden files), the one
+subprocess boundary ``run_cmd``, ``slaq submit``, and the script's stop/requeue logic run by bash
+against fake ``mpiexec`` and ``scontrol`` commands. No Slurm needed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slaq_mpi import cli, slurm
+from slaq_mpi.errors import ConfigError
+from slaq_mpi.slurm import SlurmError, SlurmSettings, render_sbatch, settings_from_mapping
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+FULL = {
+    "job_name": "paper-repro",
+    "nodes": 2,
+    "ntasks": 64,
+    "time": "1-12:00:00",
+    "partition": "compute,short",
+    "account": "ml-lab",
+    "qos": "normal",
+    "launcher": "srun",
+    "mpi": "pmix",
+    "launcher_args": ["--cpu-bind=cores"],
+    "signal_lead": 600,
+    "requeue": True,
+    "max_restarts": 3,
+    "output": "logs/%x-%j.out",
+    "error": "logs/%x-%j.err",
+    "chdir": "/scratch/me/slaq",
+    "python": "/scratch/me/venv/bin/python",
+    "setup": ["module load openmpi/4.1", "source /scratch/me/venv/bin/activate"],
+    "extra": ["--mem-per-cpu=2G", "#SBATCH --constraint=ib"],
+}
+
+MPIEXEC = {"launcher": "mpiexec", "mpiexec": "/opt/mpich/bin/mpiexec", "time": 90, "signal_lead": 300,
+           "requeue": False, "launcher_args": ["-bind-to", "core"]}
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("SLAQ_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs; SLAQ_UPDATE_GOLDEN=1 rewrites it after review"
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def test_default_settings_render_the_shipped_script() -> None:
+    text = render_sbatch(SlurmSettings())
+    assert text == (ROOT / "slurm" / "slaq.sbatch").read_text()
+    assert text == render_sbatch(settings_from_mapping({}))
+
+
+def test_shipped_script_has_the_documented_directives() -> None:
+    text = (ROOT / "slurm" / "slaq.sbatch").read_text()
+    directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    for want in ("--signal=B:USR1@120", "--requeue", "--open-mode=append", "--ntasks=8", "--nodes=1"):
+        assert f"#SBATCH {want}" in directives
+    assert "LAUNCH=(srun --mpi=pmi2 --kill-on-bad-exit=1)" in text
+    assert os.access(ROOT / "slurm" / "slaq.sbatch", os.X_OK)
+    assert subprocess.run(["bash", "-n", str(ROOT / "slurm" / "slaq.sbatch")]).returncode == 0
+
+
+def test_every_option_renders_like_the_golden_file() -> None:
+    s = settings_from_mapping(FULL, ranks=64, epoch_seconds=5.0, name="ignored")
+    text = render_sbatch(s, config="/home/me/paper.yaml", run_dir="/scratch/me/slaq/runs/paper")
+    _golden("full.sbatch", text)
+    assert "#SBATCH --constraint=ib" in text
+    assert "#SBATCH --partition=compute,short" in text
+    assert "LAUNCH=(srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores)" in text
+
+
+def test_mpiexec_launcher_renders_like_the_golden_file() -> None:
+    s = settings_from_mapping(MPIEXEC, ranks=4, epoch_seconds=1.0, name="small")
+    text = render_sbatch(s, config="/tmp/x y/small.yaml", run_dir="/tmp/x y/runs/small")
+    _golden("mpiexec.sbatch", text)
+    assert "#SBATCH --no-requeue" in text
+    assert "CONFIG='/tmp/x y/small.yaml'" in text
+    assert 'LAUNCH=(/opt/mpich/bin/mpiexec -n "$SLURM_NTASKS" -bind-to core)' in text
+
+
+def test_rendered_scripts_are_valid_bash() -> None:
+    for raw in (FULL, MPIEXEC, {}):
+        s = settings_from_mapping(raw, ranks=64 if raw is FULL else 4, epoch_seconds=1.0)
+        text = render_sbatch(s, config="/c.yaml", run_dir="/r")
+        assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_defaults_follow_the_experiment() -> None:
+    s = settings_from_mapping({}, ranks=12, epoch_seconds=60.0, name="exp1")
+    assert (s.ntasks, s.job_name, s.launcher, s.mpi) == (12, "exp1", "srun", "pmi2")
+    assert s.signal_lead == 180  # three epochs when that exceeds the 120 s default
+
+
+def test_settings_for_reads_the_spec_section(tmp_path: Path) -> None:
+    from slaq_mpi import config
+
+    cfg = _write_config(tmp_path, slurm={"time": "00:30:00", "partition": "debug"})
+    spec = config.load(cfg)
+    s = slurm.settings_for(spec)
+    assert (s.time, s.partition, s.ntasks, s.job_name) == ("00:30:00", "debug", 4, "tiny")
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30", 1800), ("5:30", 330), ("01:02:03", 3723), ("2-0", 172800), ("1-02:03", 93780),
+    ("1-00:00:05", 86405), ("UNLIMITED", float("inf")),
+])
+def test_parse_time(text: str, seconds: float) -> None:
+    assert slurm.parse_time(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1:2:3:4", "a", "1-", "-5", "1-2:3:4:5", "1h"])
+def test_parse_time_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        slurm.parse_time(text)
+
+
+@pytest.mark.parametrize("raw, where", [
+    ({"walltime": "1:00:00"}, "slurm.walltime"),
+    ({"nodes": 0}, "slurm.nodes"),
+    ({"nodes": 9}, "slurm.nodes"),
+    ({"ntasks": 4}, "slurm.ntasks"),
+    ({"ntasks": "8"}, "slurm.ntasks"),
+    ({"ntasks": 8, "cores": 16}, "slurm.cores"),
+    ({"cores": 2}, "slurm.cores"),
+    ({"time": "soon"}, "slurm.time"),
+    ({"time": 0}, "slurm.time"),
+    ({"time": True}, "slurm.time"),
+    ({"time": "00:01:00"}, "slurm.time"),
+    ({"time": "00:05:00", "signal_lead": 300}, "slurm.signal_lead"),
+    ({"signal_lead": 1}, "slurm.signal_lead"),
+    ({"signal_lead": 70000}, "slurm.signal_lead"),
+    ({"partition": "gpu queue"}, "slurm.partition"),
+    ({"account": "a;rm -rf"}, "slurm.account"),
+    ({"job_name": ""}, "slurm.job_name"),
+    ({"launcher": "ssh"}, "slurm.launcher"),
+    ({"mpi": "none"}, "slurm.mpi"),
+    ({"mpi": "PMI 2"}, "slurm.mpi"),
+    ({"launcher": "mpiexec", "mpi": "pmi2"}, "slurm.mpi"),
+    ({"mpiexec": "/usr/bin/mpiexec"}, "slurm.mpiexec"),
+    ({"launcher_args": "--cpu-bind=cores"}, "slurm.launcher_args"),
+    ({"requeue": "yes"}, "slurm.requeue"),
+    ({"max_restarts": -1}, "slurm.max_restarts"),
+    ({"output": "my log.out"}, "slurm.output"),
+    ({"python": "python -X dev"}, "slurm.python"),
+    ({"setup": 5}, "slurm.setup"),
+    ({"extra": "--mem=1G"}, "slurm.extra"),
+    ({"extra": ["mem=1G"]}, "slurm.extra[0]"),
+    ({"extra": ["--mem=1G", "--time=10"]}, "slurm.extra[1]"),
+    ({"extra": ["-t 10"]}, "slurm.extra[0]"),
+    ({"extra": ["-n4"]}, "slurm.extra[0]"),
+    ({"extra": ["--signal=USR2@60"]}, "slurm.extra[0]"),
+    ({"extra": ["--open-mode=truncate"]}, "slurm.extra[0]"),
+    ({"extra": ["--mem=1G\n#SBATCH --time=1"]}, "slurm.extra[0]"),
+])
+def test_bad_slurm_section_names_key_and_value(raw: dict[str, Any], where: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        settings_from_mapping(raw, ranks=8, epoch_seconds=2.0)
+    assert info.value.where == where
+    assert info.value.allowed
+
+
+def test_bad_section_type() -> None:
+    with pytest.raises(ConfigError) as info:
+        settings_from_mapping(["nodes", 2])  # type: ignore[arg-type]
+    assert info.value.where == "slurm"
+
+
+def test_extra_keeps_unmanaged_options() -> None:
+    s = settings_from_mapping({"extra": ["--mem=1G", "#SBATCH  --exclusive", "-C ib"]})
+    assert s.extra == ("--mem=1G", "--exclusive", "-C ib")
+
+
+# --- the subprocess boundary ---------------------------------------------------------------
+
+class FakeSlurm:
+    """Stands in for run_cmd: records each argv and answers like Slurm would."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[list[str], str | None]] = []
+
+    def __call__(self, argv: list[str], *, input: str | None = None, cwd: Any = None,
+                 timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        self.calls.append((list(argv), input))
+        rc, out, err = self.answers[argv[0]]
+        return subprocess.CompletedProcess(list(argv), rc, out, err)
+
+
+@pytest.fixture
+def no_subprocess(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any subprocess started around run_cmd fails the test."""
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"subprocess started outside run_cmd: {args!r}")
+
+    for name in ("run", "Popen", "call", "check_call", "check_output"):
+        monkeypatch.setattr(subprocess, name, forbidden)
+    monkeypatch.setattr(os, "system", forbidden)
+
+
+def _write_config(tmp_path: Path, slurm: dict[str, Any] | None = None) -> Path:
+    text = textwrap.dedent(f"""\
+        name: tiny
+        output_dir: {tmp_path / 'runs' / 'tiny'}
+        epoch_seconds: 1.0
+        policy: fair
+        ranks: 4
+        jobs:
+          - name: a
+            algorithm: logreg
+            dataset: {{generator: classification, rows: 200, features: 3, seed: 1}}
+            stop: {{max_iterations: 5}}
+        """)
+    if slurm is not None:
+        import yaml
+
+        text += yaml.safe_dump({"slurm": slurm})
+    path = tmp_path / "tiny.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_submit_goes_through_run_cmd(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({"sbatch": (0, "4242\n", "")})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
+    monkeypatch.chdir(tmp_path)
+    cfg = _write_config(tmp_path, slurm={"time": "00:10:00", "account": "lab"})
+    assert cli.main(["submit", str(cfg)]) == 0
+    assert len(fake.calls) == 1
+    argv, script = fake.calls[0]
+    assert argv == ["sbatch", "--parsable"]
+    assert script is not None
+    assert "#SBATCH --account=lab" in script and "#SBATCH --ntasks=4" in script
+    assert f"CONFIG={cfg}" in script and f"RUN_DIR={tmp_path / 'runs' / 'tiny'}" in script
+    out = capsys.readouterr().out
+    assert "submitted batch job 4242" in out
+    assert str(tmp_path / "slaq-tiny-4242.out") in out
+
+
+def test_dry_run_prints_the_script_and_runs_nothing(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                                    tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
+    cfg = _write_config(tmp_path)
+    assert cli.main(["submit", str(cfg), "--dry-run"]) == 0
+    assert fake.calls == []
+    out = capsys.readouterr().out
+    assert out.startswith("#!/bin/bash\n")
+    assert "#SBATCH --job-name=tiny" in out and "#SBATCH --signal=B:USR1@120" in out
+
+
+def test_submit_rejects_a_bad_slurm_section(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
+    cfg = _write_config(tmp_path, slurm={"launcher": "ssh"})
+    assert cli.main(["submit", str(cfg)]) == 2
+    assert fake.calls == []
+    assert "slurm.launcher" in capsys.readouterr().err
+
+
+def test_sbatch_failure_is_reported(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                    tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    msg = "sbatch: error: invalid partition specified: nope"
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"sbatch": (1, "", msg)}))
+    cfg = _write_config(tmp_path)
+    assert cli.main(["submit", str(cfg)]) == 1
+    assert "invalid partition specified: nope" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, job_id", [("17\n", "17"), ("123;cluster2\n", "123"),
+                                            ("sbatch: warning: x\n99\n", "99")])
+def test_submit_parses_the_job_id(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                  answer: str, job_id: str) -> None:
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"sbatch": (0, answer, "")}))
+    assert slurm.submit("#!/bin/bash\n") == job_id
+
+
+def test_submit_rejects_a_non_id(monkeypatch: pytest.MonkeyPatch, no_subprocess: None) -> None:
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"sbatch": (0, "Submitted batch job\n", "")}))
+    with pytest.raises(SlurmError):
+        slurm.submit("#!/bin/bash\n")
+
+
+def test_job_info_parses_scontrol(monkeypatch: pytest.MonkeyPatch, no_subprocess: None) -> None:
+    line = ("JobId=7 JobName=slaq UserId=root(0) JobState=PENDING Reason=BeginTime Restarts=1 "
+            "ExitCode=0:0 Command=(null)\n")
+    fake = FakeSlurm({"scontrol": (0, line, "")})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
+    info = slurm.job_info("7")
+    assert fake.calls[0][0] == ["scontrol", "show", "job", "--oneliner", "7"]
+    assert (info["JobState"], info["Restarts"], info["Reason"]) == ("PENDING", "1", "BeginTime")
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"scontrol": (1, "", "slurm_load_jobs error: "
+                                                                  "Invalid job id specified")}))
+    assert slurm.job_info("8") == {}
+
+
+def test_run_cmd_reports_status_and_missing_commands() -> None:
+    proc = slurm.run_cmd(["sh", "-c", "cat; echo err >&2; exit 3"], input="in")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "in", "err\n")
+    with pytest.raises(SlurmError, match="command not found"):
+        slurm.run_cmd(["slaq-no-such-command-xyz"])
+
+
+# --- the batch script's logic, run by bash with fake mpiexec and scontrol --------------------
+
+FAKE_MPIEXEC = """\
+#!/bin/bash
+# Fake launcher: records its arguments, then behaves as $FAKE_MODE says.
+echo "$*" >> "$FAKE_LOG/launch"
+run_dir=$FAKE_RUN_DIR
+case $FAKE_MODE in
+    done) exit 0 ;;
+    fail) exit 1 ;;
+    stop) exit 75 ;;
+    wait-stop)
+        mkdir -p "$run_dir"; touch "$FAKE_LOG/started"
+        while [ ! -e "$run_dir/STOP" ]; do sleep 0.05; done
+        rm -f "$run_dir/STOP"; exit 75 ;;
+esac
+"""
+
+FAKE_SCONTROL = """\
+#!/bin/bash
+echo "$*" >> "$FAKE_LOG/scontrol"
+"""
+
+
+@pytest.fixture
+def fake_cluster(tmp_path: Path) -> dict[str, Any]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("mpiexec", FAKE_MPIEXEC), ("scontrol", FAKE_SCONTROL)):
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    logs = tmp_path / "log"
+    logs.mkdir()
+    run_dir = tmp_path / "run"
+    settings = settings_from_mapping({"launcher": "mpiexec", "mpiexec": str(bin_dir / "mpiexec"),
+                                      "max_restarts": 2}, ranks=4)
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_sbatch(settings, config=str(tmp_path / "c.yaml"), run_dir=str(run_dir)))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(logs),
+           "FAKE_RUN_DIR": str(run_dir), "SLURM_JOB_ID": "31", "SLURM_NTASKS": "4"}
+    return {"script": script, "env": env, "logs": logs, "run_dir": run_dir, "cfg": tmp_path / "c.yaml"}
+
+
+def _run_script(fc: dict[str, Any], mode: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(fc["script"])], env={**fc["env"], "FAKE_MODE": mode, **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_script_starts_fresh_and_finishes(fake_cluster: dict[str, Any]) -> None:
+    proc = _run_script(fake_cluster, "done")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 python3 -m slaq_mpi run {fake_cluster['cfg']}"]
+    assert _lines(fake_cluster["logs"] / "scontrol") == []
+    assert "every job done" in proc.stdout
+
+
+def test_script_resumes_when_state_exists(fake_cluster: dict[str, Any]) -> None:
+    run_dir = fake_cluster["run_dir"]
+    run_dir.mkdir()
+    (run_dir / "state.json").write_text("{}")
+    (run_dir / "STOP").write_text("")  # left over from an earlier signal: must not stop this start
+    proc = _run_script(fake_cluster, "fail")
+    assert proc.returncode == 1
+    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 python3 -m slaq_mpi run --resume {run_dir}"]
+    assert not (run_dir / "STOP").exists()
+
+
+def test_script_requeues_after_a_graceful_stop(fake_cluster: dict[str, Any]) -> None:
+    proc = _run_script(fake_cluster, "stop")
+    assert proc.returncode == 0
+    assert _lines(fake_cluster["logs"] / "scontrol") == ["requeue 31"]
+
+
+def test_script_stops_requeueing_after_max_restarts(fake_cluster: dict[str, Any]) -> None:
+    proc = _run_script(fake_cluster, "stop", SLURM_RESTART_COUNT="2")
+    assert proc.returncode == 75
+    assert _lines(fake_cluster["logs"] / "scontrol") == []
+    assert "resume with: slaq run --resume" in proc.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_signal_to_the_batch_shell_stops_gracefully_and_requeues(fake_cluster: dict[str, Any],
+                                                                 sig: signal.Signals) -> None:
+    env = {**fake_cluster["env"], "FAKE_MODE": "wait-stop"}
+    proc = subprocess.Popen(["bash", str(fake_cluster["script"])], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        started = fake_cluster["logs"] / "started"
+        deadline = time.monotonic() + 30
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the fake step never started"
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert f"got SIG{sig.name[3:]}: asking for a graceful stop" in out
+    assert _lines(fake_cluster["logs"] / "scontrol") == ["requeue 31"]
+    assert not (fake_cluster["run_dir"] / "STOP").exists()
