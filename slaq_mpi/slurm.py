@@ -382,8 +382,8 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
     launch_text = " ".join(w if w.startswith('"$') else q(w) for w in launch)
     out = ["# --- site setup (slurm.setup): modules, virtualenv ---"]
     out += list(s.setup) or ["# (none)"]
-    out += ["", "set -u", f"PYTHON={q(s.python)}", f"LAUNCH=({launch_text})", f"MAX_RESTARTS={s.max_restarts}",
-            f"REQUEUE={'1' if s.requeue else '0'}"]
+    out += ["", "set -u", f"PYTHON={q(s.python)}", f"LAUNCH=({launch_text})",
+            f"MAX_RESTARTS={s.max_restarts}", f"REQUEUE={'1' if s.requeue else '0'}"]
     if config is None:
         out += [
             'CONFIG=${1:?"usage: sbatch slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"}',
