@@ -17,7 +17,15 @@ __all__ = ["ALGORITHMS", "GroupComm", "SerialComm", "Shard", "Solver", "load_sol
 
 ALGORITHMS: dict[str, str] = {
     "logreg": "jobs.logreg:LogisticRegression",
+    "logreg_lbfgs": "jobs.lbfgs:LogisticRegressionLBFGS",
+    "svm": "jobs.svm:LinearSVM",
+    "linreg": "jobs.linreg:LinearRegression",
+    "mlp": "jobs.mlp:MLPClassifier",
     "kmeans": "jobs.kmeans:KMeans",
+    "gmm": "jobs.gmm:GaussianMixture",
+    "lda": "jobs.lda:LDA",
+    "gbt": "jobs.gbt:GradientBoostedTrees",
+    "gbt_classifier": "jobs.gbt:GBTClassifier",
 }
 
 

@@ -21,6 +21,7 @@ class KMeans(Solver):
     convergence: ClassVar[str] = "linear"
     defaults: ClassVar[dict[str, Any]] = {"k": 8}
     needs_labels: ClassVar[bool] = False
+    dataset_kind: ClassVar[str] = "blobs"
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
         super().__init__(comm, shard, params, seed)

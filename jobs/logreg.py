@@ -18,6 +18,8 @@ class LogisticRegression(Solver):
 
     convergence: ClassVar[str] = "sublinear"
     defaults: ClassVar[dict[str, Any]] = {"learning_rate": 1.0, "l2": 1e-4, "fit_intercept": True}
+    label_kind: ClassVar[str] = "binary"
+    dataset_kind: ClassVar[str] = "classification"
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
         super().__init__(comm, shard, params, seed)
