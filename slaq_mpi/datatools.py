@@ -1,0 +1,302 @@
+"""``slaq data``: make synthetic HDF5 datasets and convert LibSVM, CSV and .npy files to HDF5.
+
+Both commands write in row chunks, so a file of any size fits in memory. Bad input raises
+:class:`~slaq_mpi.errors.DataError` naming the file and the line (or row) at fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import scipy.sparse as sp
+
+from slaq_mpi.datasets import CHUNK_ROWS, GENERATORS, DatasetSpec, RowWriter, generate, inspect
+from slaq_mpi.errors import ConfigError, DataError
+
+__all__ = ["add_cli", "convert_csv", "convert_libsvm", "convert_npy", "make"]
+
+
+def add_cli(subparsers: Any) -> None:
+    """Add ``slaq data make`` and ``slaq data convert`` to the main parser."""
+    data = subparsers.add_parser("data", help="make synthetic datasets or convert files to HDF5")
+    sub = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
+    p = sub.add_parser("make", help="write a synthetic dataset (in chunks, any size)")
+    p.add_argument("kind", help=f"one of: {', '.join(sorted(GENERATORS))}")
+    p.add_argument("out", help="output HDF5 file")
+    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--features", type=int, required=True, help="columns (vocabulary for documents)")
+    p.add_argument("--seed", type=int, default=0)
+    for name, typ in sorted({k: t for _, opts in GENERATORS.values() for k, t in opts.items()}.items()):
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, default=None,
+                       help=f"generator option ({typ.__name__})")
+    p.set_defaults(func=_cmd_make)
+    p = sub.add_parser("convert", help="convert LibSVM/SVMlight text, CSV or .npy to HDF5")
+    p.add_argument("input")
+    p.add_argument("out", help="output HDF5 file")
+    p.add_argument("--format", choices=("libsvm", "csv", "npy"), default=None,
+                   help="input format (default: from the extension; .csv, .npy, else libsvm)")
+    p.add_argument("--label-column", type=int, default=None,
+                   help="CSV/.npy: the column holding labels (negative counts from the end)")
+    p.add_argument("--labels", default=None, help=".npy: a separate 1-D .npy file of labels")
+    p.add_argument("--zero-based", action="store_true",
+                   help="LibSVM feature indices start at 0 (default: 1, or 0 if an index 0 occurs)")
+    p.add_argument("--features", type=int, default=None, help="LibSVM: number of columns")
+    p.set_defaults(func=_cmd_convert)
+
+
+def _cmd_make(args: argparse.Namespace) -> int:
+    make(args.kind, Path(args.out), args.rows, args.features, args.seed,
+         **{k: getattr(args, k) for _, opts in GENERATORS.values() for k in opts
+            if getattr(args, k, None) is not None})
+    _summary(args.out)
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    src, out = Path(args.input), Path(args.out)
+    fmt = args.format or {".csv": "csv", ".npy": "npy"}.get(src.suffix.lower(), "libsvm")
+    if not src.is_file():
+        raise ConfigError("input", str(src), "it must be an existing file")
+    if fmt == "libsvm":
+        convert_libsvm(src, out, zero_based=args.zero_based, features=args.features)
+    elif fmt == "csv":
+        convert_csv(src, out, label_column=args.label_column)
+    else:
+        convert_npy(src, out, label_column=args.label_column,
+                    labels=Path(args.labels) if args.labels else None)
+    _summary(out)
+    return 0
+
+
+def _summary(path: str | Path) -> None:
+    info = inspect(path)
+    kind = "sparse CSR" if info.sparse else "dense"
+    labels = "with labels" if info.has_labels else "no labels"
+    print(f"{path}: {info.rows} rows x {info.features} features, {kind}, {labels}")
+
+
+def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **options: Any) -> None:
+    """Write ``rows`` x ``features`` of the synthetic dataset ``kind`` to ``out``."""
+    if kind not in GENERATORS:
+        raise ConfigError("data make KIND", kind, f"allowed: {', '.join(sorted(GENERATORS))}")
+    for key, val in (("--rows", rows), ("--features", features)):
+        if val < 1:
+            raise ConfigError(f"data make {key}", val, "must be an integer >= 1")
+    allowed = GENERATORS[kind][1]
+    for key, val in options.items():
+        if key not in allowed:
+            raise ConfigError(f"data make --{key.replace('_', '-')}", val,
+                              f"not an option of {kind}; allowed: {', '.join(sorted(allowed)) or 'none'}")
+        if val < 0 or (isinstance(val, float) and not math.isfinite(val)):
+            raise ConfigError(f"data make --{key.replace('_', '-')}", val, "must be >= 0")
+    spec = DatasetSpec(generator=kind, params={"rows": rows, "features": features, "seed": seed,
+                                               **options})
+    generate(spec, out, seed)
+
+
+class _Output:
+    """An HDF5 file written to a temporary name and renamed into place on success."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+
+    def __enter__(self) -> h5py.File:
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.f = h5py.File(self.tmp, "w")
+        return self.f
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self.f.close()
+        if exc_type is None:
+            os.replace(self.tmp, self.out)
+        elif self.tmp.exists():
+            self.tmp.unlink()
+
+
+# --- LibSVM / SVMlight ------------------------------------------------------------------------
+
+def _libsvm_lines(path: Path) -> Iterator[tuple[int, float, list[int], list[float]]]:
+    """(line number, label, indices, values) of every data line; raises on a bad line."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            tokens = text.split()
+            try:
+                label = float(tokens[0])
+            except ValueError:
+                raise DataError(f"{path}:{lineno}: the label {tokens[0]!r} is not a number") from None
+            idx, vals = [], []
+            for tok in tokens[1:]:
+                key, sep, val = tok.partition(":")
+                if key == "qid":
+                    continue
+                try:
+                    if not sep:
+                        raise ValueError
+                    i, v = int(key), float(val)
+                except ValueError:
+                    raise DataError(f"{path}:{lineno}: cannot parse {tok!r}; "
+                                    "want INDEX:VALUE") from None
+                if i < 0 or not math.isfinite(v) or not math.isfinite(label):
+                    bad = tok if i < 0 or not math.isfinite(v) else tokens[0]
+                    raise DataError(f"{path}:{lineno}: {bad!r}: indices must be >= 0 and "
+                                    "values finite")
+                if idx and i <= idx[-1]:
+                    raise DataError(f"{path}:{lineno}: index {i} after {idx[-1]}; indices must "
+                                    "increase along a line")
+                idx.append(i)
+                vals.append(v)
+            yield lineno, label, idx, vals
+
+
+def convert_libsvm(src: Path, out: Path, zero_based: bool = False, features: int | None = None) -> None:
+    """Convert a LibSVM/SVMlight file to a CSR HDF5 file (two passes, chunked).
+
+    Labels that are exactly -1 and +1 become 0 and 1 (the binary convention of the solvers).
+    """
+    rows, lo_idx, hi_idx, labels = 0, math.inf, -1, set()
+    for _, label, idx, _ in _libsvm_lines(src):
+        rows += 1
+        if idx:
+            lo_idx, hi_idx = min(lo_idx, idx[0]), max(hi_idx, idx[-1])
+        if len(labels) <= 2:
+            labels.add(label)
+    if rows == 0:
+        raise DataError(f"{src}: no data lines")
+    base = 0 if zero_based or lo_idx == 0 else 1
+    n_feat = features if features is not None else max(hi_idx - base + 1, 1)
+    if hi_idx - base + 1 > n_feat:
+        raise DataError(f"{src}: feature index {hi_idx} exceeds --features {n_feat}")
+    pm_one = labels <= {-1.0, 1.0} and -1.0 in labels
+    with _Output(out) as f:
+        writer = RowWriter(f, rows, n_feat)
+        buf: list[tuple[float, list[int], list[float]]] = []
+        for _, label, idx, vals in _libsvm_lines(src):
+            buf.append(((label + 1.0) / 2.0 if pm_one else label, idx, vals))
+            if len(buf) == CHUNK_ROWS:
+                writer.append(*_csr_chunk(buf, n_feat, base))
+                buf = []
+        if buf:
+            writer.append(*_csr_chunk(buf, n_feat, base))
+        writer.close()
+
+
+def _csr_chunk(buf: list[tuple[float, list[int], list[float]]], n_feat: int,
+               base: int) -> tuple[sp.csr_matrix, np.ndarray]:
+    indptr = np.cumsum([0] + [len(idx) for _, idx, _ in buf])
+    indices = np.fromiter((i - base for _, idx, _ in buf for i in idx), dtype=np.int64, count=indptr[-1])
+    data = np.fromiter((v for _, _, vals in buf for v in vals), dtype=np.float64, count=indptr[-1])
+    X = sp.csr_matrix((data, indices, indptr), shape=(len(buf), n_feat))
+    return X, np.array([b[0] for b in buf])
+
+
+# --- CSV ---------------------------------------------------------------------------------------
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if line.strip():
+                yield lineno, [c.strip() for c in line.rstrip("\r\n").split(",")]
+
+
+def _floats(path: Path, lineno: int, cells: list[str]) -> list[float]:
+    out = []
+    for col, cell in enumerate(cells):
+        try:
+            v = float(cell)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: column {col} is {cell!r}, not a number") from None
+        if not math.isfinite(v):
+            raise DataError(f"{path}:{lineno}: column {col} is {cell!r}; values must be finite")
+        out.append(v)
+    return out
+
+
+def convert_csv(src: Path, out: Path, label_column: int | None = None) -> None:
+    """Convert a numeric CSV file (an optional header line is skipped) to a dense HDF5 file."""
+    rows, width, header = 0, -1, False
+    for lineno, cells in _csv_rows(src):
+        if rows == 0 and width < 0:
+            width = len(cells)
+            try:
+                _floats(src, lineno, cells)
+            except DataError:
+                header = True
+                continue
+        elif len(cells) != width:
+            raise DataError(f"{src}:{lineno}: {len(cells)} columns; the first line has {width}")
+        _floats(src, lineno, cells)
+        rows += 1
+    if rows == 0:
+        raise DataError(f"{src}: no data lines")
+    lab = None if label_column is None else label_column % width
+    if label_column is not None and not -width <= label_column < width:
+        raise ConfigError("--label-column", label_column, f"the file has {width} columns")
+    feats = width - (lab is not None)
+    if feats < 1:
+        raise DataError(f"{src}: no feature columns besides the label")
+    with _Output(out) as f:
+        writer = RowWriter(f, rows, feats)
+        buf: list[list[float]] = []
+        lines = _csv_rows(src)
+        if header:
+            next(lines)
+        for lineno, cells in lines:
+            buf.append(_floats(src, lineno, cells))
+            if len(buf) == CHUNK_ROWS:
+                writer.append(*_split_label(np.array(buf), lab))
+                buf = []
+        if buf:
+            writer.append(*_split_label(np.array(buf), lab))
+        writer.close()
+
+
+def _split_label(block: np.ndarray, lab: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    if lab is None:
+        return block, None
+    return np.delete(block, lab, axis=1), block[:, lab].copy()
+
+
+# --- .npy --------------------------------------------------------------------------------------
+
+def convert_npy(src: Path, out: Path, label_column: int | None = None, labels: Path | None = None) -> None:
+    """Convert a 2-D .npy array (memory-mapped, copied in chunks) to a dense HDF5 file."""
+    try:
+        arr = np.load(src, mmap_mode="r", allow_pickle=False)
+        y_all = np.load(labels, mmap_mode="r", allow_pickle=False) if labels else None
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{src}: not a readable .npy array ({exc})") from None
+    if arr.ndim != 2 or arr.dtype.kind not in "fiub":
+        raise DataError(f"{src}: array of shape {arr.shape} and dtype {arr.dtype}; want 2-D numeric")
+    rows, width = arr.shape
+    if y_all is not None and y_all.shape != (rows,):
+        raise DataError(f"{labels}: labels of shape {y_all.shape}; want ({rows},)")
+    lab = None if label_column is None else label_column % width
+    feats = width - (lab is not None)
+    if rows < 1 or feats < 1:
+        raise DataError(f"{src}: array of shape {arr.shape} leaves no rows or feature columns")
+    with _Output(out) as f:
+        writer = RowWriter(f, rows, feats)
+        for lo in range(0, rows, CHUNK_ROWS):
+            block = np.asarray(arr[lo : lo + CHUNK_ROWS], dtype=np.float64)
+            bad = ~np.isfinite(block).all(axis=1)
+            if bad.any():
+                raise DataError(f"{src}: row {lo + int(np.argmax(bad))}: non-finite value")
+            X, y = _split_label(block, lab)
+            if y_all is not None:
+                y = np.asarray(y_all[lo : lo + CHUNK_ROWS], dtype=np.float64)
+                if not np.isfinite(y).all():
+                    raise DataError(f"{labels}: row {lo + int(np.argmax(~np.isfinite(y)))}: "
+                                    "non-finite label")
+            writer.append(X, y)
+        writer.close()
