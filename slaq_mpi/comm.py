@@ -108,6 +108,11 @@ def split(color: int | None, key: int) -> MPIGroup | None:
     return None if new == MPI.COMM_NULL else MPIGroup(new)
 
 
+def barrier() -> None:
+    """Wait (sleeping) until every rank of the world gets here."""
+    _wait(_WORLD.Ibarrier())
+
+
 def broadcast_plan(plan: Any) -> None:
     """Rank 0: send ``plan`` to every rank (they receive it with :func:`recv_plan`)."""
     payload = np.frombuffer(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)

@@ -37,13 +37,13 @@ class StopRule:
     max_iterations: int | None = 200
     tolerance: float | None = None
 
-    def done(self, losses: list[float]) -> bool:
-        """Whether a job with this loss history has met the rule."""
-        if self.max_iterations is not None and len(losses) >= self.max_iterations:
+    def done_after(self, iterations: int, prev_loss: float, loss: float) -> bool:
+        """Whether a job is done after ``iterations`` iterations, the last two losses being
+        ``prev_loss`` (NaN if unknown) and ``loss``."""
+        if self.max_iterations is not None and iterations >= self.max_iterations:
             return True
-        if self.tolerance is not None and len(losses) >= 2:
-            prev, last = losses[-2], losses[-1]
-            return abs(prev - last) <= self.tolerance * max(abs(prev), 1e-300)
+        if self.tolerance is not None and math.isfinite(prev_loss):
+            return abs(prev_loss - loss) <= self.tolerance * max(abs(prev_loss), 1e-300)
         return False
 
 

@@ -18,14 +18,17 @@ def admitted(snapshot: ClusterSnapshot, order: Sequence[JobSnapshot]) -> list[Jo
 
 
 def water_fill(jobs: Sequence[JobSnapshot], capacity: int) -> dict[str, int]:
-    """Equal shares, capped by each job's max cores, leftovers spread in the given order.
+    """Equal shares, capped by each job's max cores.
 
-    Work-conserving: cores stay idle only when every job is at its cap.
+    Work-conserving: cores stay idle only when every job is at its cap. Cores that do not
+    divide evenly go first to jobs that already hold more (so shares do not rotate between
+    epochs and no ranks move needlessly), then by arrival.
     """
     alloc = {j.job_id: 0 for j in jobs}
     caps = {j.job_id: job_cap(j, capacity) for j in jobs}
     left = capacity
-    open_jobs = [j.job_id for j in jobs]
+    ordered = sorted(jobs, key=lambda j: (-j.cores, j.arrival, j.job_id))
+    open_jobs = [j.job_id for j in ordered]
     while left > 0 and open_jobs:
         share = left // len(open_jobs)
         if share == 0:

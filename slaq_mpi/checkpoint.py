@@ -1,0 +1,115 @@
+"""Solver checkpoints in HDF5: written atomically, verified on load.
+
+Layout: ``RUN_DIR/checkpoints/<job>/<iteration:08d>.h5`` holding one dataset per state array
+under ``/state``, and attributes ``job``, ``iteration``, ``last_loss``, ``checksum`` (SHA-256
+over the arrays' names and bytes). A file is written to a temporary name, fsynced, then
+renamed, so a reader never sees half a checkpoint. The newest ``KEEP`` files are kept; a
+corrupt or truncated newest file is skipped in favour of the previous good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+KEEP = 2
+
+
+@dataclass
+class Checkpoint:
+    """A verified checkpoint: the solver state after ``iteration`` iterations."""
+
+    path: Path
+    iteration: int
+    last_loss: float
+    state: dict[str, np.ndarray]
+
+
+def _checksum(state: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(state):
+        arr = np.ascontiguousarray(state[name])
+        h.update(name.encode())
+        h.update(str(arr.dtype).encode())
+        h.update(str(arr.shape).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def job_dir(run_dir: Path, job: str) -> Path:
+    """Where the checkpoints of ``job`` live."""
+    return run_dir / "checkpoints" / job
+
+
+def write(run_dir: Path, job: str, iteration: int, last_loss: float,
+          state: Mapping[str, np.ndarray]) -> Path:
+    """Write a checkpoint atomically (temp file, fsync, rename) and prune old ones."""
+    d = job_dir(run_dir, job)
+    d.mkdir(parents=True, exist_ok=True)
+    final = d / f"{iteration:08d}.h5"
+    tmp = d / f".{iteration:08d}.h5.tmp{os.getpid()}"
+    with h5py.File(tmp, "w") as f:
+        g = f.create_group("state")
+        for name, arr in state.items():
+            g.create_dataset(name, data=np.asarray(arr))
+        f.attrs["job"] = job
+        f.attrs["iteration"] = iteration
+        f.attrs["last_loss"] = last_loss
+        f.attrs["checksum"] = _checksum(state)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    for old in sorted(d.glob("*.h5"))[:-KEEP]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def read(path: Path) -> Checkpoint:
+    """Load and verify one checkpoint file.
+
+    Raises:
+        ValueError: the file is truncated, unreadable or fails its checksum.
+    """
+    try:
+        with h5py.File(path, "r") as f:
+            state = {name: np.asarray(ds[()]) for name, ds in f["state"].items()}
+            iteration = int(f.attrs["iteration"])
+            last_loss = float(f.attrs["last_loss"])
+            want = str(f.attrs["checksum"])
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"unreadable ({exc.__class__.__name__}: {exc})") from None
+    if _checksum(state) != want:
+        raise ValueError("checksum mismatch")
+    return Checkpoint(path, iteration, last_loss, state)
+
+
+def latest(run_dir: Path, job: str, at_most: int | None = None) -> tuple[Checkpoint | None, list[str]]:
+    """The newest good checkpoint of ``job`` (not past iteration ``at_most``).
+
+    Returns the checkpoint (None if there is none) and one note per file skipped as bad.
+    """
+    notes: list[str] = []
+    for path in sorted(job_dir(run_dir, job).glob("*.h5"), reverse=True):
+        try:
+            ckpt = read(path)
+        except ValueError as exc:
+            notes.append(f"checkpoint {path} is corrupt ({exc}); trying the previous one")
+            continue
+        if at_most is not None and ckpt.iteration > at_most:
+            continue
+        return ckpt, notes
+    return None, notes

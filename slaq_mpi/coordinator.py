@@ -1,0 +1,311 @@
+"""Rank 0: admits jobs, collects reports, asks the policy, places ranks, sends plans.
+
+Rank 0 never trains. It owns all scheduling state and rewrites ``metrics.h5`` and
+``state.json`` after every epoch, so a stopped or crashed run can be resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jobs import load_solver
+from slaq_mpi import checkpoint, comm
+from slaq_mpi.config import ExperimentSpec
+from slaq_mpi.datasets import materialize
+from slaq_mpi.errors import WorkerError
+from slaq_mpi.metrics import JobRecord, RunRecord
+from slaq_mpi.placement import place
+from slaq_mpi.plan import Plan, Report
+from slaq_mpi.policies import get_policy
+from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+
+EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 75
+STATE_FILE = "state.json"
+STOP_FILE = "STOP"
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+class Coordinator:
+    """The scheduling loop of rank 0."""
+
+    def __init__(self, spec: ExperimentSpec, run_dir: Path, record: RunRecord,
+                 epoch: int = 0, elapsed: float = 0.0) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.record = record
+        self.epoch = epoch
+        self.workers = list(range(1, comm.world_size()))
+        self.policy = get_policy(spec.policy, **spec.policy_params)
+        self.data: dict[str, str] = {}
+        self.ranks: dict[str, tuple[int, ...]] = {}
+        self.stop_requested = False
+        self._prev_deadline: float | None = None
+        self._t0 = time.monotonic() - elapsed
+
+    # --- time and signals -------------------------------------------------------------
+
+    def now(self) -> float:
+        """Seconds of experiment time (continues across resumes)."""
+        return time.monotonic() - self._t0
+
+    def _wall_to_now(self, wall: float) -> float:
+        return self.now() - (time.time() - wall)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if not self.stop_requested:
+            print(f"received {signal.Signals(signum).name}: stopping after this epoch", flush=True)
+        self.stop_requested = True
+
+    def _check_stop_file(self) -> None:
+        stop = self.run_dir / STOP_FILE
+        if stop.exists():
+            if not self.stop_requested:
+                _say(f"found {stop}: stopping after this epoch")
+            self.stop_requested = True
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run the experiment to the end (or to a requested stop); returns the exit status."""
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        self._prepare_data()
+        _say(f"slaq: {len(self.spec.jobs)} jobs, {len(self.workers)} worker ranks, "
+             f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")
+        status = None
+        while status is None:
+            self._check_stop_file()
+            if self.stop_requested:
+                status = EXIT_STOPPED
+                break
+            status = self._one_epoch()
+        comm.broadcast_plan(Plan(epoch=self.epoch, epoch_seconds=0.0, stop=True))
+        comm.barrier()
+        self._save(finished=status != EXIT_STOPPED)
+        if status == EXIT_STOPPED:
+            (self.run_dir / STOP_FILE).unlink(missing_ok=True)
+            _say(f"stopped at t={self.now():.1f}s; continue with: slaq run --resume {self.run_dir}")
+        else:
+            self._summary()
+        return status
+
+    def _prepare_data(self) -> None:
+        for job in self.spec.jobs:
+            if job.dataset.generator and not (self.run_dir / "data" / f"{job.dataset.key()}.h5").exists():
+                p = job.dataset.params
+                _say(f"generating dataset for {job.name}: {job.dataset.generator} "
+                     f"{p['rows']} x {p['features']}")
+            self.data[job.name] = str(materialize(job.dataset, self.run_dir / "data", job.seed))
+
+    def _active(self, now: float) -> list[JobRecord]:
+        return [j for j in self.record.jobs.values()
+                if j.status in ("waiting", "running") and j.arrival <= now]
+
+    def _one_epoch(self) -> int | None:
+        now = self.now()
+        active = self._active(now)
+        pending = [j for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
+        if not active:
+            if not pending:
+                failed = any(j.status == "failed" for j in self.record.jobs.values())
+                return EXIT_FAILED if failed else EXIT_DONE
+            wake = min(j.arrival for j in pending)
+            self._prev_deadline = None
+            while self.now() < wake and not self.stop_requested:
+                time.sleep(min(0.05, max(0.0, wake - self.now())))
+                self._check_stop_file()
+            return None
+        snap = self._snapshot(now, active)
+        t = time.perf_counter()
+        alloc = self._checked(self.policy.allocate(snap), active)
+        decision_ms = (time.perf_counter() - t) * 1000.0
+        ranks, moved = place(self.ranks, alloc, self.workers)
+        plan = Plan(
+            epoch=self.epoch,
+            epoch_seconds=self.spec.epoch_seconds,
+            ranks=ranks,
+            moved=frozenset(moved),
+            iterations={j: self.record.jobs[j].iterations for j in moved if j in ranks},
+            data={j: self.data[j] for j in moved if j in ranks},
+        )
+        comm.broadcast_plan(plan)
+        if moved:
+            comm.split(None, key=0)  # the re-split is collective over the whole world
+        self.ranks = ranks
+        self.record.add_epoch(now, {j: len(r) for j, r in ranks.items()}, decision_ms, bool(moved))
+        for name in ranks:
+            job = self.record.jobs[name]
+            if job.status == "waiting":
+                job.status = "running"
+        reports = self._collect(set(ranks))
+        self._absorb(reports, moved)
+        self._progress(now, alloc)
+        self.epoch += 1
+        self._save(finished=False)
+        return None
+
+    def _snapshot(self, now: float, active: list[JobRecord]) -> ClusterSnapshot:
+        jobs = tuple(
+            JobSnapshot(
+                job_id=j.name,
+                losses=tuple(j.loss),
+                throughput=tuple(j.throughput),
+                cores=len(self.ranks.get(j.name, ())),
+                max_cores=min(j.max_cores, len(self.workers)),
+                convergence=j.convergence,
+                arrival=j.arrival,
+                attained_core_seconds=j.attained_core_seconds,
+                max_iterations=self._spec_of(j.name).stop.max_iterations,
+            )
+            for j in sorted(active, key=lambda r: (r.arrival, r.name))
+        )
+        return ClusterSnapshot(len(self.workers), now, self.spec.epoch_seconds, jobs)
+
+    def _spec_of(self, name: str) -> Any:
+        return next(j for j in self.spec.jobs if j.name == name)
+
+    def _checked(self, alloc: dict[str, int], active: list[JobRecord]) -> dict[str, int]:
+        names = {j.name for j in active}
+        out = {j: int(c) for j, c in alloc.items() if j in names and int(c) > 0}
+        if sum(out.values()) > len(self.workers) or any(
+            c > self.record.jobs[j].max_cores for j, c in out.items()
+        ):
+            raise RuntimeError(f"policy {self.spec.policy} broke its contract: {alloc}")
+        return out
+
+    def _collect(self, running: set[str]) -> dict[str, Report]:
+        reports: dict[str, Report] = {}
+        while len(reports) < len(running):
+            msg = comm.wait_message()
+            assert msg is not None
+            kind, payload = msg
+            if kind == "error":
+                raise WorkerError(
+                    f"rank {payload['rank']} on {payload['host']} (job {payload['job']}): "
+                    f"{payload['error']}\n{payload['traceback']}"
+                )
+            reports[payload.job] = payload
+        return reports
+
+    def _absorb(self, reports: dict[str, Report], moved: set[str]) -> None:
+        starts, deadlines = [], []
+        for name, rep in reports.items():
+            job = self.record.jobs[name]
+            n = len(rep.losses)
+            if math.isnan(job.start):
+                job.start = self._wall_to_now(rep.first_start)
+            job.loss.extend(rep.losses)
+            job.time.extend(self._wall_to_now(t) for t in rep.end_times)
+            job.cores.extend([rep.cores] * n)
+            job.iter_seconds.extend(rep.iter_seconds)
+            if n:
+                secs = sorted(rep.iter_seconds)[n // 2]
+                job.throughput.append((rep.cores, secs))
+                job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
+            starts.append(rep.first_start)
+            deadlines.append(rep.deadline)
+            if rep.status != "running":
+                job.status, job.reason = rep.status, rep.reason
+                job.end = self._wall_to_now(rep.end_times[-1]) if rep.end_times else self.now()
+                self.ranks.pop(name, None)
+                if rep.status == "failed":
+                    _say(f"job {name} failed: {rep.reason}")
+        if self._prev_deadline is not None and starts:
+            self.record.pause_ms[-1] = max(0.0, (max(starts) - self._prev_deadline) * 1000.0)
+        self._prev_deadline = max(deadlines) if deadlines else None
+
+    def _progress(self, now: float, alloc: dict[str, int]) -> None:
+        jobs = self.record.jobs.values()
+        running = sum(1 for j in jobs if j.status == "running")
+        waiting = sum(1 for j in jobs if j.status == "waiting" and j.arrival <= now)
+        done = sum(1 for j in jobs if j.status in ("done", "failed"))
+        rel = [j.loss[-1] / j.loss[0] for j in jobs if j.loss and j.loss[0] not in (0.0,)
+               and j.status != "failed"]
+        cores = " ".join(f"{n}:{c}" for n, c in sorted(alloc.items()))
+        mean = f"{sum(rel) / len(rel):.4f}" if rel else "-"
+        _say(f"epoch {self.epoch:4d} t={now:7.1f}s running {running} waiting {waiting} "
+             f"done {done}/{len(self.record.jobs)} | cores {cores} | mean loss/initial {mean}")
+
+    def _summary(self) -> None:
+        for j in self.record.jobs.values():
+            last = f"{j.loss[-1]:.6g}" if j.loss else "-"
+            _say(f"job {j.name}: {j.status} after {j.iterations} iterations, loss {last}"
+                 + (f" ({j.reason})" if j.reason else ""))
+        _say(f"metrics: {self.run_dir / 'metrics.h5'}")
+
+    def _save(self, finished: bool) -> None:
+        self.record.write(self.run_dir / "metrics.h5")
+        state = {"epoch": self.epoch, "elapsed": self.now(), "finished": finished}
+        tmp = self.run_dir / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.run_dir / STATE_FILE)
+
+
+def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
+    """An empty record for a fresh run of ``spec``."""
+    jobs = {
+        j.name: JobRecord(
+            name=j.name,
+            algorithm=j.algorithm,
+            convergence=load_solver(j.algorithm).convergence,
+            arrival=j.arrival,
+            max_cores=min(j.max_cores or capacity, capacity),
+        )
+        for j in spec.jobs
+    }
+    attrs = {
+        "name": spec.name, "policy": spec.policy, "seed": spec.seed, "capacity": capacity,
+        "epoch_seconds": spec.epoch_seconds, "mode": "run", "config": spec.source,
+    }
+    return RunRecord(attrs=attrs, jobs=jobs)
+
+
+def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
+    """Read a run's record back and roll every job to its newest good checkpoint.
+
+    Returns the record, the next epoch number and the experiment time reached.
+    """
+    record = RunRecord.read(run_dir / "metrics.h5")
+    state = json.loads((run_dir / STATE_FILE).read_text())
+    for job in record.jobs.values():
+        if job.status in ("done", "failed") or job.iterations == 0:
+            continue
+        ckpt, notes = checkpoint.latest(run_dir, job.name, at_most=job.iterations)
+        for note in notes:
+            _say(f"job {job.name}: {note}")
+        keep = ckpt.iteration if ckpt else 0
+        if ckpt is not None and notes:
+            _say(f"job {job.name}: resuming from {ckpt.path.name} (iteration {keep})")
+        if keep < job.iterations:
+            job.truncate(keep)
+        job.status = "waiting"
+    elapsed = float(state.get("elapsed", 0.0))
+    return record, int(state.get("epoch", 0)), elapsed
+
+
+def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
+    """Rank 0's entry point."""
+    capacity = comm.world_size() - 1
+    if resume:
+        record, epoch, elapsed = resume_record(run_dir)
+        _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s")
+        coord = Coordinator(spec, run_dir, record, epoch, elapsed)
+    else:
+        coord = Coordinator(spec, run_dir, new_record(spec, capacity))
+    try:
+        return coord.run()
+    except WorkerError as exc:
+        print(f"slaq: error on a worker: {exc}", file=sys.stderr, flush=True)
+        coord._save(finished=False)
+        comm.abort(1)
+        return 1

@@ -1,0 +1,106 @@
+"""``slaq run``: validate, then run inside an MPI launch or start one with mpiexec."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from slaq_mpi import config
+from slaq_mpi.config import ExperimentSpec
+from slaq_mpi.errors import ConfigError
+
+# Environment variables that MPI launchers (Hydra, srun --mpi=pmi2, Open MPI, PMIx) set.
+_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                "MPI_LOCALNRANKS")
+
+
+def under_mpi() -> bool:
+    """Whether this process was started by an MPI launcher."""
+    return any(v in os.environ for v in _LAUNCH_VARS)
+
+
+def find_mpiexec(explicit: str | None) -> str:
+    """The MPI launcher: ``--mpiexec``, else the one beside this Python, else PATH."""
+    if explicit:
+        return explicit
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise ConfigError("mpiexec", None, "no MPI launcher found: pip install 'slaq-mpi[mpich]' "
+                          "or load your cluster's MPI module, or pass --mpiexec PATH")
+    return found
+
+
+def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
+    if args.resume:
+        run_dir = Path(args.resume)
+        saved = run_dir / "config.yaml"
+        if not (run_dir / "state.json").is_file() or not saved.is_file():
+            raise ConfigError("--resume", str(run_dir), "must be a run directory of an earlier "
+                              "slaq run (with state.json and config.yaml)")
+        return config.load(saved), run_dir, True
+    if not args.config:
+        raise ConfigError("config", None, "give an experiment YAML, or --resume RUN_DIR")
+    spec = config.load(args.config)
+    return spec, spec.output_dir, False
+
+
+def _relaunch(args: argparse.Namespace, spec: ExperimentSpec) -> int:
+    exe = find_mpiexec(args.mpiexec)
+    cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
+    cmd += ["--resume", args.resume] if args.resume else [args.config]
+    print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {' '.join(cmd)}", flush=True)
+    child = subprocess.Popen(cmd)
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    return child.wait()
+
+
+def _fresh_run_dir(spec: ExperimentSpec) -> None:
+    run_dir = spec.output_dir
+    if run_dir.exists() and any(run_dir.iterdir()):
+        aside = run_dir.with_name(f"{run_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir.rename(aside)
+        print(f"slaq: moved the previous run in {run_dir} to {aside}", flush=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(spec.source)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The ``slaq run`` command; returns the exit status."""
+    spec, run_dir, resume = _spec_and_dir(args)
+    if not under_mpi():
+        return _relaunch(args, spec)
+    from slaq_mpi import comm
+
+    size, rank = comm.world_size(), comm.world_rank()
+    if size < 2 or size < spec.ranks:
+        if rank == 0:
+            raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {size} ranks; "
+                              f"ask the launcher for at least {max(2, spec.ranks)}")
+        return 2
+    if rank == 0:
+        if size > spec.ranks:
+            print(f"slaq: the launch gave {size} ranks (config asks {spec.ranks}); using all {size}",
+                  flush=True)
+        if not resume:
+            _fresh_run_dir(spec)
+        from slaq_mpi.coordinator import run_coordinator
+
+        return run_coordinator(spec, run_dir, resume)
+    from slaq_mpi.worker import Worker
+
+    Worker(spec, run_dir).run()
+    return 0

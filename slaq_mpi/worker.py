@@ -1,0 +1,163 @@
+"""Worker ranks (1..N-1): train whichever job the plan gives them, epoch after epoch."""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from jobs import load_solver
+from jobs.base import Solver
+from slaq_mpi import checkpoint, comm
+from slaq_mpi.config import ExperimentSpec, JobSpec
+from slaq_mpi.datasets import read_shard
+from slaq_mpi.plan import Plan, Report
+
+
+class Worker:
+    """One worker rank's state: the job it trains, its group and its solver."""
+
+    def __init__(self, spec: ExperimentSpec, run_dir: Path) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.rank = comm.world_rank()
+        self.jobs: dict[str, JobSpec] = {j.name: j for j in spec.jobs}
+        self.color = {j.name: i for i, j in enumerate(spec.jobs)}
+        self.job: str | None = None
+        self.group: comm.MPIGroup | None = None
+        self.solver: Solver | None = None
+        self.iteration = 0
+        self.last_loss = math.nan
+        self._writer: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Follow plans until rank 0 says stop."""
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # rank 0 orchestrates a graceful stop
+        while True:
+            plan: Plan = comm.recv_plan()
+            received = time.monotonic()
+            if plan.stop:
+                break
+            if plan.moved:
+                self._join_writer()  # a moved job's new ranks read the checkpoint after the split
+            try:
+                self._apply(plan)
+            except Exception as exc:  # setup failures are not recoverable: tell rank 0
+                comm.send_error(self._describe(exc))
+                raise
+            if self.solver is not None:
+                self._epoch(plan, received)
+        self._join_writer()
+        self._drop()
+        comm.barrier()
+
+    def _describe(self, exc: BaseException) -> dict[str, str]:
+        return {
+            "rank": str(self.rank), "host": comm.hostname(), "job": str(self.job),
+            "error": f"{exc.__class__.__name__}: {exc}", "traceback": traceback.format_exc(),
+        }
+
+    def _join_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+
+    def _write_checkpoint_in_background(self) -> None:
+        """Write this epoch's checkpoint while rank 0 decides and the job trains on.
+
+        Joined before the next write, before any re-split and before exit, so a moved
+        job's new ranks always find it complete.
+        """
+        assert self.job is not None and self.solver is not None
+        self._join_writer()
+        args = (self.run_dir, self.job, self.iteration, self.last_loss,
+                {k: v.copy() for k, v in self.solver.get_state().items()})
+        self._writer = threading.Thread(target=checkpoint.write, args=args, daemon=False)
+        self._writer.start()
+
+    def _drop(self) -> None:
+        if self.group is not None:
+            self.group.free()
+        self.group, self.solver, self.job = None, None, None
+
+    def _apply(self, plan: Plan) -> None:
+        new_job = plan.job_of(self.rank)
+        if self.job is not None and (self.job in plan.moved or self.job != new_job):
+            self._drop()
+        if not plan.moved:
+            return
+        color = self.color[new_job] if new_job is not None and new_job in plan.moved else None
+        group = comm.split(color, key=self.rank)
+        if group is None:
+            return
+        assert new_job is not None
+        job = self.jobs[new_job]
+        shard = read_shard(plan.data[new_job], group.rank, group.size)
+        solver = load_solver(job.algorithm)(group, shard, job.hyperparameters, job.seed)
+        done = plan.iterations[new_job]
+        last_loss = math.nan
+        if done > 0:
+            state = None
+            if group.rank == 0:
+                path = checkpoint.job_dir(self.run_dir, new_job) / f"{done:08d}.h5"
+                ckpt = checkpoint.read(path)
+                state = (ckpt.state, ckpt.last_loss)
+            state = group.bcast(state)
+            solver.set_state(state[0])
+            last_loss = state[1]
+        self.job, self.group, self.solver = new_job, group, solver
+        self.iteration, self.last_loss = done, last_loss
+
+    def _epoch(self, plan: Plan, received: float) -> None:
+        assert self.group is not None and self.solver is not None and self.job is not None
+        job = self.jobs[self.job]
+        leader = self.group.rank == 0
+        deadline = received + plan.epoch_seconds
+        wall_deadline = time.time() + (deadline - time.monotonic())
+        report = Report(self.job, plan.epoch, self.group.size, [], [], [], time.time(), wall_deadline)
+        while True:
+            t0 = time.monotonic()
+            error = ""
+            try:
+                loss = self.solver.step()
+            except Exception as exc:
+                loss = math.nan
+                error = f"solver raised {exc.__class__.__name__}: {exc}"
+                print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
+                      f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+            t1 = time.monotonic()
+            status, reason = "running", ""
+            if error:
+                status, reason = "failed", error
+            else:
+                self.iteration += 1
+                report.losses.append(loss)
+                report.iter_seconds.append(t1 - t0)
+                report.end_times.append(time.time())
+                if not math.isfinite(loss):
+                    status, reason = "failed", f"loss became {loss} at iteration {self.iteration}"
+                elif job.stop.done_after(self.iteration, self.last_loss, loss):
+                    status = "done"
+                self.last_loss = loss
+            stop_epoch = status != "running" or t1 + (t1 - t0) > deadline
+            flags = self.group.allreduce(
+                np.array([float(bool(error)), float(leader and stop_epoch)]), op="max"
+            )
+            if flags[0] and status != "failed":
+                status, reason = "failed", "solver raised on another rank of the group (see the log)"
+            if flags[0] or flags[1]:
+                break
+        report.status, report.reason = status, reason
+        if leader:
+            comm.send_report(report)
+            if status != "failed":
+                self._write_checkpoint_in_background()
+        if status != "running":
+            self._drop()
