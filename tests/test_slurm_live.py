@@ -1,0 +1,190 @@
+"""Slurm tier: ``slaq submit`` against a real Slurm (scripts/local-slurm.sh starts one on localhost).
+
+Runs whenever Slurm answers; skips otherwise, except under CI=true, where a silent Slurm FAILS.
+The runs use tests/configs/slurm-small.yaml (3 jobs, 4 ranks, 1 s epochs, about 30 s). Jobs are
+watched by polling ``scontrol show job``; a job still alive at the end of a test is cancelled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from slaq_mpi import slurm
+from slaq_mpi.slurm import SlurmError
+from tests.conftest import run_slaq
+
+pytestmark = pytest.mark.slurm
+
+CONFIG = Path(__file__).resolve().parent / "configs" / "slurm-small.yaml"
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+GIVE_UP = 900.0  # seconds: only a safety net so a broken run cannot hang the suite
+
+
+def _slurm_problem() -> str | None:
+    """Why Slurm cannot take jobs here, or None when sbatch and slurmctld answer."""
+    if shutil.which("sbatch") is None:
+        return "sbatch is not installed"
+    try:
+        proc = slurm.run_cmd(["sinfo", "-h", "-o", "%T"], timeout=20)
+    except SlurmError as exc:
+        return str(exc)
+    if proc.returncode != 0:
+        return f"sinfo failed: {proc.stderr.strip()}"
+    if not proc.stdout.split():
+        return "sinfo lists no nodes"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_up() -> None:
+    """Skip the module without Slurm, but fail it in CI."""
+    problem = _slurm_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and Slurm does not answer ({problem}); start it with scripts/ci-slurm.sh")
+    pytest.skip(f"no Slurm here ({problem}); start one with scripts/local-slurm.sh")
+
+
+class Submitted:
+    """One `slaq submit` of the small config into a directory of its own."""
+
+    def __init__(self, workdir: Path, job_id: str) -> None:
+        self.workdir = workdir
+        self.job_id = job_id
+        self.run_dir = workdir / "run"
+        self.log = workdir / f"slurm-{job_id}.out"
+
+    def info(self) -> dict[str, str]:
+        return slurm.job_info(self.job_id)
+
+    def wait_for(self, what: str, ready: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+        """Poll scontrol until ``ready(info)``; fail with the log if the safety net runs out."""
+        deadline = time.monotonic() + GIVE_UP
+        while time.monotonic() < deadline:
+            info = self.info()
+            if ready(info):
+                return info
+            time.sleep(0.5)
+        pytest.fail(f"job {self.job_id}: gave up waiting for {what}; last state {self.info()}\n"
+                    f"{self.log_text()[-3000:]}")
+
+    def wait_final(self) -> dict[str, str]:
+        return self.wait_for("the end", lambda i: i.get("JobState") in FINAL_STATES)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else "(no log yet)"
+
+    def cancel(self) -> None:
+        if self.info().get("JobState") not in FINAL_STATES | {None}:
+            slurm.run_cmd(["scancel", self.job_id])
+
+
+def _submit(workdir: Path) -> Submitted:
+    workdir.mkdir(parents=True, exist_ok=True)
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["output_dir"] = str(workdir / "run")
+    raw.setdefault("slurm", {})
+    raw["slurm"].update({"python": sys.executable, "output": str(workdir / "slurm-%j.out")})
+    cfg = workdir / "slurm-small.yaml"
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = run_slaq(["submit", str(cfg)], cwd=workdir, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = re.search(r"submitted batch job (\d+)", proc.stdout)
+    assert found, proc.stdout
+    return Submitted(workdir, found.group(1))
+
+
+def _read_metrics(run_dir: Path) -> dict[str, dict[str, Any]]:
+    with h5py.File(run_dir / "metrics.h5", "r") as f:
+        return {name: {"status": _text(g.attrs["status"]), "loss": np.asarray(g["loss"][()])}
+                for name, g in f["jobs"].items()}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _epoch_numbers(log: str) -> list[int]:
+    return [int(line.split()[1]) for line in log.splitlines()
+            if line.startswith("epoch ") and len(line.split()) > 1 and line.split()[1].isdigit()]
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Submitted, dict[str, str]]]:
+    """An uninterrupted run of the small config; also the reference for the requeue test."""
+    job = _submit(tmp_path_factory.mktemp("plain"))
+    try:
+        yield job, job.wait_final()
+    finally:
+        job.cancel()
+
+
+def test_submit_runs_every_job_to_the_end(plain_run: tuple[Submitted, dict[str, str]]) -> None:
+    job, info = plain_run
+    log = job.log_text()
+    assert info["JobState"] == "COMPLETED", f"{info}\n{log[-3000:]}"
+    assert info["ExitCode"] == "0:0"
+    metrics = _read_metrics(job.run_dir)
+    expected = {j["name"] for j in yaml.safe_load(CONFIG.read_text())["jobs"]}
+    assert set(metrics) == expected
+    assert {name: m["status"] for name, m in metrics.items()} == {name: "done" for name in expected}
+    epochs = _epoch_numbers(log)
+    assert len(epochs) >= 3, log[-3000:]
+    assert epochs == sorted(set(epochs)), "per-epoch progress lines are missing or repeated"
+    assert "slaq.sbatch:" in log and "every job done" in log
+
+
+def test_usr1_requeues_and_resumes_without_losing_work(
+        plain_run: tuple[Submitted, dict[str, str]], tmp_path: Path) -> None:
+    ref_job, ref_info = plain_run
+    assert ref_info["JobState"] == "COMPLETED", "the reference run failed; see the test above"
+    reference = _read_metrics(ref_job.run_dir)
+
+    job = _submit(tmp_path / "requeued")
+    try:
+        # Mid-run: a few epochs logged, so every job that has arrived has iterations behind it.
+        job.wait_for("three epochs", lambda i: i.get("JobState") in FINAL_STATES
+                     or len(_epoch_numbers(job.log_text())) >= 3)
+        seen = _read_metrics(job.run_dir)
+        done_before = {name for name, m in seen.items() if m["status"] == "done"}
+        assert job.info().get("JobState") == "RUNNING", "the run ended before it could be signalled"
+        proc = slurm.run_cmd(["scancel", "--signal=USR1", "--batch", job.job_id])
+        assert proc.returncode == 0, proc.stderr
+
+        info = job.wait_for("requeue and the end", lambda i: int(i.get("Restarts", "0")) >= 1
+                            and i.get("JobState") in FINAL_STATES)
+        log = job.log_text()
+        assert info["JobState"] == "COMPLETED", f"{info}\n{log[-4000:]}"
+        assert "got SIGUSR1: asking for a graceful stop" in log
+        assert "requeueing" in log and f"resuming {job.run_dir}" in log
+
+        # No job starts again from iteration 0: each resumes at least where it was when signalled.
+        resumed = {m.group(1): int(m.group(2)) for m in
+                   re.finditer(r"^job (\S+): resuming from .* \(iteration (\d+)\)", log, re.M)}
+        for name, m in seen.items():
+            if len(m["loss"]) > 0 and name not in done_before:
+                assert name in resumed, f"{name} did not resume from a checkpoint:\n{log[-4000:]}"
+                assert resumed[name] >= len(m["loss"]) > 0
+
+        final = _read_metrics(job.run_dir)
+        assert {n: m["status"] for n, m in final.items()} == {n: "done" for n in reference}
+        for name, ref in reference.items():
+            got = final[name]["loss"]
+            assert len(got) == len(ref["loss"]), f"{name}: {len(got)} vs {len(ref['loss'])} iterations"
+            np.testing.assert_allclose(got, ref["loss"], rtol=1e-9, atol=0, err_msg=name)
+    finally:
+        job.cancel()
