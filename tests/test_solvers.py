@@ -179,9 +179,9 @@ def test_gbt_first_split_is_the_exhaustive_best() -> None:
     solver, losses = _run("gbt", X, y, 1, max_depth=1, bins=20, l2=0.0, learning_rate=1.0)
     feat, thr, leaf = solver.trees[0]
     codes = np.clip(np.floor((X - X.min(0)) / ((X.max(0) - X.min(0)) / 20)), 0, 19)
-    best = min(((((y[codes[:, f] <= t] - y[codes[:, f] <= t].mean()) ** 2).sum()
+    best = min((((y[codes[:, f] <= t] - y[codes[:, f] <= t].mean()) ** 2).sum()
                  + ((y[codes[:, f] > t] - y[codes[:, f] > t].mean()) ** 2).sum(), f, t)
-                for f in range(3) for t in range(19) if 0 < (codes[:, f] <= t).sum() < 500))
+                for f in range(3) for t in range(19) if 0 < (codes[:, f] <= t).sum() < 500)
     assert (int(feat[0]), int(thr[0])) == best[1:]
     assert losses[0] == pytest.approx(0.5 * np.mean(y * y) - 0.5 * y.mean() ** 2)
 

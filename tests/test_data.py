@@ -1,0 +1,199 @@
+"""Datasets: generators, the HDF5 layout, chunked validation, and the ``slaq data`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from jobs import load_solver
+from slaq_mpi import datasets
+from slaq_mpi.cli import main as slaq_main
+from slaq_mpi.datasets import DatasetSpec, check_file, generate, inspect, read_shard
+from slaq_mpi.errors import DataError
+
+
+def _gen(tmp_path: Path, kind: str, name: str = "d.h5", **params) -> Path:
+    path = tmp_path / name
+    generate(DatasetSpec(generator=kind, params={"rows": 500, "features": 12, **params}), path, 1)
+    return path
+
+
+def _dense(tmp_path: Path, X: np.ndarray, y: np.ndarray | None = None, name: str = "m.h5") -> Path:
+    path = tmp_path / name
+    with h5py.File(path, "w") as f:
+        f["X"] = X
+        if y is not None:
+            f["y"] = y
+    return path
+
+
+def test_documents_are_sparse_counts_and_shards_partition_them(tmp_path: Path) -> None:
+    path = _gen(tmp_path, "documents", topics=3, doc_length=20)
+    info = inspect(path)
+    assert info.sparse and not info.has_labels and (info.rows, info.features) == (500, 12)
+    parts = [read_shard(path, r, 3).X for r in range(3)]
+    whole = sp.vstack(parts).toarray()
+    assert whole.shape == (500, 12) and np.all(whole == np.round(whole)) and whole.min() >= 0
+    assert np.all(whole.sum(axis=1) >= 1)
+
+
+def test_generation_is_chunked_and_deterministic(tmp_path: Path, monkeypatch) -> None:
+    a = _gen(tmp_path, "classification", "a.h5", density=0.3)
+    monkeypatch.setattr(datasets, "CHUNK_ROWS", 64)  # many chunks; content depends on chunking
+    b = _gen(tmp_path, "classification", "b.h5", density=0.3)
+    c = _gen(tmp_path, "classification", "c.h5", density=0.3)
+    xb, xc = read_shard(b, 0, 1), read_shard(c, 0, 1)
+    assert sp.issparse(xb.X) and (xb.X != xc.X).nnz == 0 and np.array_equal(xb.y, xc.y)
+    assert read_shard(a, 0, 1).X.shape == xb.X.shape
+    assert set(np.unique(xb.y)) == {0.0, 1.0}
+
+
+def test_good_files_pass(tmp_path: Path) -> None:
+    check_file(_gen(tmp_path, "blobs", centers=3), load_solver("mlp"))
+    check_file(_gen(tmp_path, "documents", "docs.h5"), load_solver("lda"))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_nan_in_features_names_file_and_row(tmp_path: Path, sparse: bool) -> None:
+    X = np.random.default_rng(0).standard_normal((300, 4))
+    X[211, 2] = np.nan
+    if sparse:
+        path = tmp_path / "s.h5"
+        m = sp.csr_matrix(X)
+        with h5py.File(path, "w") as f:
+            g = f.create_group("X")
+            g["data"], g["indices"] = m.data, m.indices.astype(np.int64)
+            g["indptr"] = m.indptr.astype(np.int64)
+            g.attrs["shape"] = m.shape
+            f["y"] = np.zeros(300)
+    else:
+        path = _dense(tmp_path, X, np.zeros(300))
+    with pytest.raises(DataError, match=rf"{path}: row 211: .*nan.*finite"):
+        check_file(path, load_solver("logreg"))
+
+
+def test_inf_label_and_out_of_range_labels(tmp_path: Path) -> None:
+    X = np.zeros((50, 2))
+    y = np.zeros(50)
+    y[17] = 2.0
+    path = _dense(tmp_path, X, y)
+    with pytest.raises(DataError, match=r"m\.h5: row 17: y is 2\.0; labels must be 0 or 1"):
+        check_file(path, load_solver("svm"))
+    check_file(path, load_solver("mlp"))  # class 2 is fine for a multi-class model
+    y[17], y[30] = 1.0, 1.5
+    path = _dense(tmp_path, X, y, "frac.h5")
+    with pytest.raises(DataError, match=r"row 30: y is 1\.5; labels must be class numbers"):
+        check_file(path, load_solver("mlp"))
+    y[30] = np.inf
+    path = _dense(tmp_path, X, y, "inf.h5")
+    with pytest.raises(DataError, match=r"inf\.h5: row 30: y is inf; labels must be finite"):
+        check_file(path, load_solver("linreg"))
+
+
+def test_wrong_shapes(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"y has shape \(49,\); X has 50 rows"):
+        check_file(_dense(tmp_path, np.zeros((50, 3)), np.zeros(49)), load_solver("linreg"))
+    with pytest.raises(DataError, match=r"X has shape \(50,\); it must be 2-D"):
+        check_file(_dense(tmp_path, np.zeros(50), name="one.h5"), load_solver("kmeans"))
+    with pytest.raises(DataError, match=r"needs labels"):
+        check_file(_dense(tmp_path, np.zeros((5, 3)), name="nolab.h5"), load_solver("logreg"))
+
+
+def test_corrupt_csr_structure_names_row(tmp_path: Path) -> None:
+    path = _gen(tmp_path, "documents")
+    with h5py.File(path, "r+") as f:
+        idx = f["X/indices"][:]
+        ptr = f["X/indptr"][:]
+        idx[ptr[123]] = 99  # column out of range in row 123
+        f["X/indices"][:] = idx
+    with pytest.raises(DataError, match=r"row 123: X has column index 99; allowed 0\.\.11"):
+        check_file(path, load_solver("lda"))
+    with h5py.File(path, "r+") as f:
+        ptr[300] = ptr[299] - 1
+        f["X/indptr"][:] = ptr
+    with pytest.raises(DataError, match=r"row 299: X/indptr decreases"):
+        check_file(path, load_solver("lda"))
+
+
+def test_truncated_hdf5_is_refused(tmp_path: Path) -> None:
+    path = _dense(tmp_path, np.random.default_rng(1).standard_normal((20000, 8)), np.zeros(20000))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=rf"{path}: (not a readable HDF5 file|truncated or corrupt)"):
+        check_file(path, load_solver("linreg"))
+    garbage = tmp_path / "garbage.h5"
+    garbage.write_bytes(b"not hdf5 at all" * 100)
+    with pytest.raises(DataError, match="garbage.h5: not a readable HDF5 file"):
+        check_file(garbage, load_solver("linreg"))
+
+
+def test_config_refuses_bad_file_naming_row(tmp_path: Path) -> None:
+    from slaq_mpi import config
+    from slaq_mpi.errors import ConfigError
+
+    y = np.zeros(10)
+    y[4] = 3.0
+    path = _dense(tmp_path, np.zeros((10, 2)), y)
+    job = {"name": "a", "algorithm": "logreg", "dataset": {"path": str(path)}}
+    raw = {"name": "x", "policy": "fair", "jobs": [job]}
+    with pytest.raises(ConfigError, match=r"jobs\[0\]\.dataset\.path.*row 4: y is 3\.0"):
+        config.parse(raw)
+
+
+# --- slaq data make / convert ------------------------------------------------------------
+
+def test_cli_make_writes_every_kind(tmp_path: Path, capsys) -> None:
+    for kind in ("classification", "regression", "blobs", "documents"):
+        out = tmp_path / f"{kind}.h5"
+        assert slaq_main(["data", "make", kind, str(out), "--rows", "300", "--features", "7",
+                          "--seed", "4"]) == 0
+        assert inspect(out).rows == 300
+    assert "300 rows x 7 features" in capsys.readouterr().out
+    assert slaq_main(["data", "make", "blobs", str(tmp_path / "x.h5"), "--rows", "3",
+                      "--features", "2", "--topics", "4"]) == 2
+    assert "not an option of blobs" in capsys.readouterr().err
+
+
+def test_convert_libsvm(tmp_path: Path) -> None:
+    src = tmp_path / "a.svm"
+    src.write_text("# header comment\n+1 1:0.5 3:1.5\n-1 qid:2 2:2 4:1 # tail\n\n-1 1:1\n")
+    out = tmp_path / "a.h5"
+    assert slaq_main(["data", "convert", str(src), str(out)]) == 0
+    shard = read_shard(out, 0, 1)
+    np.testing.assert_array_equal(shard.X.toarray(), [[0.5, 0, 1.5, 0], [0, 2, 0, 1], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(shard.y, [1, 0, 0])  # -1/+1 become 0/1
+    check_file(out, load_solver("svm"))
+
+
+@pytest.mark.parametrize("line", ["+1 1:0.5 2:abc", "+1 1:0.5 oops", "x 1:2", "+1 3:1 2:1", "+1 1:nan"])
+def test_convert_libsvm_bad_line_names_file_and_line(tmp_path: Path, capsys, line: str) -> None:
+    src = tmp_path / "bad.svm"
+    src.write_text(f"+1 1:1\n-1 2:1\n{line}\n")
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "bad.h5")]) == 2
+    assert f"{src}:3:" in capsys.readouterr().err
+    assert not (tmp_path / "bad.h5").exists()
+
+
+def test_convert_csv_and_npy(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "t.csv"
+    src.write_text("a,b,label\n1,2,0\n3,4,1\n5,6,1\n")
+    out = tmp_path / "t.h5"
+    assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "-1"]) == 0
+    shard = read_shard(out, 0, 1)
+    np.testing.assert_array_equal(shard.X, [[1, 2], [3, 4], [5, 6]])
+    np.testing.assert_array_equal(shard.y, [0, 1, 1])
+    src.write_text("1,2\n3,zz\n")
+    assert slaq_main(["data", "convert", str(src), str(out)]) == 2
+    assert f"{src}:2: column 1 is 'zz'" in capsys.readouterr().err
+    arr = np.arange(12.0).reshape(4, 3)
+    np.save(tmp_path / "a.npy", arr)
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out)]) == 0
+    np.testing.assert_array_equal(read_shard(out, 1, 2).X, arr[2:])
+    arr[3, 1] = np.inf
+    np.save(tmp_path / "a.npy", arr)
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out)]) == 2
+    assert "a.npy: row 3: non-finite value" in capsys.readouterr().err
