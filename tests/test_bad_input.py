@@ -1,0 +1,112 @@
+"""Bad input is refused before any rank starts: exit 2 and one line naming key and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_mpi, run_slaq
+
+GOOD = {
+    "name": "t",
+    "epoch_seconds": 0.5,
+    "policy": "fair",
+    "ranks": 4,
+    "seed": 1,
+    "jobs": [
+        {"name": "a", "algorithm": "logreg",
+         "dataset": {"generator": "classification", "rows": 100, "features": 3}},
+        {"name": "b", "algorithm": "kmeans", "hyperparameters": {"k": 2},
+         "dataset": {"generator": "blobs", "rows": 100, "features": 3}},
+    ],
+}
+
+
+def _with(path: list[object], value: object) -> dict:
+    raw = yaml.safe_load(yaml.safe_dump(GOOD))
+    node = raw
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return raw
+
+
+CASES = {
+    "unknown top key": (_with(["epochs"], 3), ["epochs", "allowed keys"]),
+    "unknown job key": (_with(["jobs", 0, "speed"], 3), ["jobs[0].speed", "allowed keys"]),
+    "wrong type": (_with(["epoch_seconds"], "fast"), ["epoch_seconds", "'fast'", "number"]),
+    "zero epoch": (_with(["epoch_seconds"], 0), ["epoch_seconds", "0", ">="]),
+    "negative rows": (_with(["jobs", 0, "dataset", "rows"], -5), ["jobs[0].dataset.rows", "-5", ">= 1"]),
+    "zero max_iterations": (_with(["jobs", 1, "stop"], {"max_iterations": 0}),
+                            ["jobs[1].stop.max_iterations", "0", ">= 1"]),
+    "one rank": (_with(["ranks"], 1), ["ranks", "1", ">= 2"]),
+    "duplicate names": (_with(["jobs", 1, "name"], "a"), ["jobs[1].name", "'a'", "unique"]),
+    "unknown algorithm": (_with(["jobs", 0, "algorithm"], "xgboost"),
+                          ["jobs[0].algorithm", "'xgboost'", "logreg"]),
+    "unknown policy": (_with(["policy"], "lottery"), ["policy", "'lottery'", "fair"]),
+    "missing dataset": (_with(["jobs", 0, "dataset"], {"path": "/nonexistent/d.h5"}),
+                        ["jobs[0].dataset.path", "/nonexistent/d.h5", "does not exist"]),
+    "bad hyperparameter": (_with(["jobs", 1, "hyperparameters"], {"k": "two"}),
+                           ["jobs[1].hyperparameters.k", "'two'", "int"]),
+    "unknown hyperparameter": (_with(["jobs", 1, "hyperparameters"], {"clusters": 2}),
+                               ["jobs[1].hyperparameters.clusters", "allowed keys: k"]),
+    "missing name": ({k: v for k, v in GOOD.items() if k != "name"}, ["name", "required"]),
+    "jobs not a list": (_with(["jobs"], {"a": 1}), ["jobs", "non-empty list"]),
+}
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("slaq: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_config_refused(case: str, tmp_path: Path) -> None:
+    raw, needles = CASES[case]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    proc = run_slaq(["run", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = _one_error_line(proc.stderr)
+    for needle in needles:
+        assert needle in line, (needle, line)
+    assert "starting" not in proc.stdout  # no rank was launched
+    assert not (tmp_path / "runs").exists()
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: t\njobs: [\n  - {name: a\n")
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc.stderr)
+    assert "c.yaml:" in line and "YAML" in line
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    proc = run_slaq(["validate", str(tmp_path / "nope.yaml")], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "nope.yaml" in _one_error_line(proc.stderr)
+
+
+def test_good_config_validates(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(GOOD))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout and "2 jobs" in proc.stdout
+
+
+@pytest.mark.mpi
+def test_more_ranks_than_launched(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["ranks"], 6)))
+    proc = run_mpi(2, ["-m", "slaq_mpi", "run", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert "ranks" in line and "6" in line and "only 2" in line
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,59 @@
+"""Checkpoints (atomic, verified, fallback) and the metrics.h5 round trip."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from slaq_mpi import checkpoint
+from slaq_mpi.metrics import JobRecord, RunRecord
+
+
+def test_checkpoint_round_trip_and_pruning(tmp_path: Path) -> None:
+    for it in (3, 7, 9):
+        checkpoint.write(tmp_path, "j", it, 0.5 * it, {"w": np.arange(4.0) * it})
+    files = sorted(checkpoint.job_dir(tmp_path, "j").glob("*.h5"))
+    assert [f.name for f in files] == ["00000007.h5", "00000009.h5"]
+    ckpt, notes = checkpoint.latest(tmp_path, "j")
+    assert ckpt is not None and ckpt.iteration == 9 and notes == []
+    np.testing.assert_array_equal(ckpt.state["w"], np.arange(4.0) * 9)
+    assert ckpt.last_loss == 4.5
+
+
+def test_corrupt_newest_checkpoint_falls_back(tmp_path: Path) -> None:
+    checkpoint.write(tmp_path, "j", 1, 1.0, {"w": np.ones(1000)})
+    newest = checkpoint.write(tmp_path, "j", 2, 0.5, {"w": np.full(1000, 2.0)})
+    data = bytearray(newest.read_bytes())
+    newest.write_bytes(bytes(data[: len(data) // 2]))  # truncated
+    ckpt, notes = checkpoint.latest(tmp_path, "j")
+    assert ckpt is not None and ckpt.iteration == 1
+    assert len(notes) == 1 and "00000002.h5" in notes[0] and "corrupt" in notes[0]
+
+
+def test_flipped_bytes_fail_the_checksum(tmp_path: Path) -> None:
+    path = checkpoint.write(tmp_path, "j", 1, 1.0, {"w": np.arange(5000.0)})
+    data = bytearray(path.read_bytes())
+    idx = data.find(np.arange(5000.0)[2500:2501].tobytes())
+    assert idx > 0
+    data[idx] ^= 0xFF
+    path.write_bytes(bytes(data))
+    ckpt, notes = checkpoint.latest(tmp_path, "j")
+    assert ckpt is None and "checksum" in notes[0]
+
+
+def test_metrics_round_trip(tmp_path: Path) -> None:
+    job = JobRecord(name="a", algorithm="logreg", convergence="sublinear", arrival=1.5, max_cores=3,
+                    loss=[1.0, 0.5], time=[2.0, 2.1], cores=[1, 2], iter_seconds=[0.1, 0.05],
+                    throughput=[(1, 0.1), (2, 0.05)], status="done", start=1.9, end=2.1)
+    other = JobRecord(name="b", algorithm="kmeans", convergence="linear", arrival=4.0, max_cores=2)
+    rec = RunRecord(attrs={"name": "x", "policy": "fair", "capacity": 3}, jobs={"a": job, "b": other})
+    rec.add_epoch(0.0, {"a": 2}, 0.1, True)
+    rec.pause_ms[-1] = 3.5
+    rec.write(tmp_path / "metrics.h5")
+    back = RunRecord.read(tmp_path / "metrics.h5")
+    assert back.jobs["a"].loss == [1.0, 0.5] and back.jobs["a"].throughput == [(1, 0.1), (2, 0.05)]
+    assert back.jobs["a"].status == "done" and math.isnan(back.jobs["b"].start)
+    assert back.epoch_alloc == [[2, 0]] and back.pause_ms == [3.5] and back.moved == [1]
+    assert back.attrs["policy"] == "fair"

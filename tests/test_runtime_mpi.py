@@ -1,0 +1,69 @@
+"""MPI tier: real ``mpiexec`` runs of the runtime (coordinator + workers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from jobs import SerialComm, load_solver
+from slaq_mpi.datasets import read_shard
+from tests.conftest import ROOT, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+
+def _config(tmp_path: Path, name: str, **changes: object) -> Path:
+    raw = yaml.safe_load((ROOT / "tests" / "configs" / name).read_text())
+    raw["output_dir"] = str(tmp_path / "run")
+    raw.update(changes)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _run(n: int, config: Path, cwd: Path) -> None:
+    proc = run_mpi(n, ["-m", "slaq_mpi", "run", str(config)], cwd=cwd, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "epoch    0" in proc.stdout
+
+
+def test_moved_job_matches_fixed_ranks(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "move.yaml")
+    _run(4, cfg, tmp_path)
+    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
+        for name in ("a", "b", "c"):
+            assert f["jobs"][name].attrs["status"] == "done"
+        loss = f["jobs/a/loss"][()]
+        cores = f["jobs/a/cores"][()]
+        data = next((tmp_path / "run" / "data").glob("classification-*.h5"))
+    assert {1, 2, 3} <= set(cores.tolist()), f"job a ran only on {sorted(set(cores))} ranks"
+    # The same job on one fixed rank, serially.
+    candidates = sorted((tmp_path / "run" / "data").glob("classification-*.h5"))
+    ref = None
+    for data in candidates:
+        shard = read_shard(data, 0, 1)
+        solver = load_solver("logreg")(SerialComm(), shard, {}, 3000)
+        first = solver.step()
+        if abs(first - loss[0]) <= 1e-12 * abs(first):
+            ref = [first] + [solver.step() for _ in range(len(loss) - 1)]
+            break
+    assert ref is not None, "no dataset reproduces job a's first loss"
+    rel = np.abs(np.asarray(ref) - loss) / np.abs(np.asarray(ref))
+    assert rel.max() <= 1e-9, f"max relative difference {rel.max():.3e}"
+
+
+def test_quickstart_shape_run_on_8_ranks(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "small8.yaml")
+    _run(8, cfg, tmp_path)
+    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
+        statuses = {n: g.attrs["status"] for n, g in f["jobs"].items()}
+        assert set(statuses.values()) == {"done"}, statuses
+        alloc = f["epochs/alloc"][()]
+        assert alloc.sum(axis=1).max() <= 7
+        assert f["epochs/moved"][()].sum() >= 1
+    ckpts = list((tmp_path / "run" / "checkpoints").rglob("*.h5"))
+    assert ckpts, "no checkpoints written"
