@@ -240,3 +240,13 @@ def test_documented_user_solver_runs(tmp_path) -> None:
     losses = [solver.step() for _ in range(30)]
     assert np.all(np.diff(losses) <= 0) and losses[-1] < 0.5 * losses[0]
     np.testing.assert_allclose(solver.get_state()["mean"], X.mean(0), rtol=1e-6)
+
+
+def test_all_algorithms_config_covers_every_algorithm() -> None:
+    from pathlib import Path
+
+    from slaq_mpi import config
+
+    spec = config.load(Path(__file__).resolve().parent.parent / "configs" / "all-algorithms.yaml")
+    assert {job.algorithm for job in spec.jobs} == set(ALGORITHMS)
+    assert spec.ranks == 8 and spec.policy == "fair"
