@@ -69,6 +69,9 @@ class JobTrace:
     reason: str = ""
     convergence: str = "unknown"
     l_star: float | None = None
+    max_cores: int = 0
+    attained_core_seconds: float = 0.0
+    throughput: np.ndarray | None = None
 
 
 @dataclass
@@ -88,6 +91,7 @@ class RunData:
     alloc: np.ndarray
     decision_ms: np.ndarray
     pause_ms: np.ndarray
+    moved: np.ndarray | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
 

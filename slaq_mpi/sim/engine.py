@@ -190,8 +190,16 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         mode="simulate", config=config_text, jobs={s.job.name: _trace(s) for s in states},
         job_names=[s.job.name for s in states], epoch_time=np.array(epoch_t, dtype=np.float64),
         alloc=alloc_arr, decision_ms=np.array(decision, dtype=np.float64),
-        pause_ms=np.full(len(rows), np.nan),
+        pause_ms=np.full(len(rows), np.nan), moved=_moved(alloc_arr),
     )
+
+
+def _moved(alloc: np.ndarray) -> np.ndarray:
+    """Whether any job's core count changed at each epoch (the first epoch counts as moved)."""
+    if len(alloc) == 0:
+        return np.zeros(0, dtype=np.int8)
+    change = np.any(alloc[1:] != alloc[:-1], axis=1)
+    return np.concatenate(([True], change)).astype(np.int8)
 
 
 def _trace(s: _State) -> JobTrace:
@@ -211,5 +219,7 @@ def _trace(s: _State) -> JobTrace:
         name=job.name, algorithm=job.algorithm, arrival=job.arrival,
         loss=np.array(s.losses, dtype=np.float64), time=times, cores=cores.astype(np.int32),
         iter_seconds=secs, start=s.start, end=s.end, status=status, reason=reason,
-        convergence=job.convergence, l_star=job.l_star,
+        convergence=job.convergence, l_star=job.l_star, max_cores=job.max_cores,
+        attained_core_seconds=s.attained,
+        throughput=np.array(s.throughput, dtype=np.float64).reshape(-1, 2),
     )

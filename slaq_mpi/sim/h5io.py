@@ -1,9 +1,12 @@
 """Read and write the metrics.h5 schema shared by real runs and simulations.
 
-Schema: root attrs name, policy, seed, capacity, epoch_seconds, mode, config. ``/jobs/<name>``:
-datasets loss, time (f8), cores (i4), iter_seconds (f8); attrs algorithm, arrival, start, end,
-status, reason, convergence and (simulator only) l_star. ``/epochs``: time (E,) f8, alloc (E, J)
-i4 with columns in the order of ``job_names`` (J,) utf-8 strings, decision_ms (E,), pause_ms (E,).
+Schema: root attrs name, policy, seed, capacity, epoch_seconds, mode, config.
+``/jobs/<name>``: datasets loss, time, iter_seconds (f8), cores (i4), throughput (k, 2) f8
+(cores, seconds/iteration per epoch run); attrs algorithm, arrival, start, end, status, reason,
+convergence, max_cores, attained_core_seconds and (simulator only) l_star. ``/epochs``: time
+(E,) f8, alloc (E, J) i4 with columns in the order of ``job_names`` (J,) utf-8 strings,
+decision_ms (E,), pause_ms (E,) f8, moved (E,) i1.
+The same schema as :mod:`slaq_mpi.metrics` (real runs); either reads the other's files.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ def write_metrics(path: str | Path, run: RunData) -> None:
                 g.attrs[key] = float(getattr(job, key))
             if job.l_star is not None:
                 g.attrs["l_star"] = float(job.l_star)
+            g.attrs["max_cores"] = int(job.max_cores)
+            g.attrs["attained_core_seconds"] = float(job.attained_core_seconds)
+            thr = job.throughput if job.throughput is not None else np.zeros((0, 2))
+            g.create_dataset("throughput", data=np.asarray(thr, dtype="f8").reshape(-1, 2))
         ep = f.create_group("epochs")
         ep.create_dataset("time", data=np.asarray(run.epoch_time, dtype="f8"))
         alloc = np.asarray(run.alloc, dtype="i4").reshape(len(run.epoch_time), len(run.job_names))
@@ -53,6 +60,8 @@ def write_metrics(path: str | Path, run: RunData) -> None:
         ep.create_dataset("job_names", data=np.array(run.job_names, dtype=object), dtype=_STR)
         ep.create_dataset("decision_ms", data=np.asarray(run.decision_ms, dtype="f8"))
         ep.create_dataset("pause_ms", data=np.asarray(run.pause_ms, dtype="f8"))
+        moved = run.moved if run.moved is not None else np.zeros(len(run.epoch_time))
+        ep.create_dataset("moved", data=np.asarray(moved, dtype="i1"))
     os.replace(tmp, p)
 
 
@@ -85,6 +94,10 @@ def read_metrics(path: str | Path) -> RunData:
                 status=_text(ga.get("status", "")), reason=_text(ga.get("reason", "")),
                 convergence=_text(ga.get("convergence", "unknown")),
                 l_star=l_star if l_star is None or math.isfinite(l_star) else None,
+                max_cores=int(ga.get("max_cores", 0)),
+                attained_core_seconds=float(ga.get("attained_core_seconds", 0.0)),
+                throughput=np.asarray(g["throughput"][()], dtype=np.float64).reshape(-1, 2)
+                if "throughput" in g else None,
             )
         ep = f.get("epochs")
         if ep is not None and "time" in ep:
@@ -95,14 +108,15 @@ def read_metrics(path: str | Path) -> RunData:
                 np.full(len(etime), np.nan))
             pause = np.asarray(ep["pause_ms"][()], dtype=np.float64) if "pause_ms" in ep else (
                 np.full(len(etime), np.nan))
+            moved = np.asarray(ep["moved"][()]) if "moved" in ep else None
         else:
             etime, names = np.zeros(0), list(jobs)
             alloc = np.zeros((0, len(names)), dtype=np.int32)
-            dec, pause = np.zeros(0), np.zeros(0)
+            dec, pause, moved = np.zeros(0), np.zeros(0), None
         return RunData(
             name=_text(a.get("name", p.parent.name)), policy=_text(a.get("policy", "?")),
             seed=int(a.get("seed", 0)), capacity=int(a.get("capacity", 0)),
             epoch_seconds=float(a.get("epoch_seconds", 1.0)), mode=_text(a.get("mode", "run")),
             config=_text(a.get("config", "")), jobs=jobs, job_names=names, epoch_time=etime,
-            alloc=alloc, decision_ms=dec, pause_ms=pause,
+            alloc=alloc, decision_ms=dec, pause_ms=pause, moved=moved,
         )

@@ -8,7 +8,7 @@ the upper bound that shows how much of the possible gain ``slaq``'s predictions 
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -26,26 +26,43 @@ class OraclePolicy:
 
     def __init__(self) -> None:
         self._truth: dict[str, tuple[np.ndarray, SimJob]] = {}
+        self._iters: dict[tuple[str, int, float], np.ndarray] = {}
 
     def bind_truth(self, jobs: Mapping[str, SimJob]) -> None:
         """Give the policy the simulated jobs (their true curves and scaling models)."""
         self._truth = {name: (job.normalized_curve(), job) for name, job in jobs.items()}
+        self._iters = {}
 
     def _gains(self, job_id: str, done: int, max_cores: int, epoch: float) -> np.ndarray:
-        """True normalized loss reduction over the next epoch with 0..max_cores cores."""
+        """True normalized loss reduction over the next epoch with 0..n cores.
+
+        n is at most ``max_cores`` and never past the core count that minimizes the job's
+        seconds per iteration (more cores only slow it down).
+        """
         if job_id not in self._truth:
             raise KeyError(f"oracle: no truth for job {job_id!r}; it runs only in the simulator")
         curve, job = self._truth[job_id]
-        cores = np.arange(1, max_cores + 1)
-        iters = epoch / job.scaling.seconds_array(cores)
+        key = (job_id, max_cores, epoch)
+        iters = self._iters.get(key)
+        if iters is None:
+            sc = job.scaling
+            best = sc.work * math.log(2) / sc.comm if sc.comm > 0 else math.inf
+            n = int(max(1, min(max_cores, best + 2)))
+            iters = epoch / sc.seconds_array(np.arange(1, n + 1))
+            self._iters[key] = iters
         last = len(curve) - 1
-        pos = np.minimum(done + iters, last)
-        grid = np.arange(len(curve))
-        now = float(np.interp(min(done, last), grid, curve))
-        return np.concatenate(([0.0], now - np.interp(pos, grid, curve)))
+        here = min(done, last)
+        stop = min(last, int(math.ceil(here + iters[-1])) + 1)
+        seg = curve[here : stop + 1]
+        pos = np.minimum(iters, stop - here)
+        return np.concatenate(([0.0], seg[0] - np.interp(pos, np.arange(len(seg)), seg)))
 
     def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
-        """Cores per job id."""
+        """Cores per job id: one each, then the largest true marginal reductions.
+
+        Each job's marginal gains are made non-increasing (running minimum), so the greedy
+        choice of one core at a time equals taking the largest marginals overall.
+        """
         cap = snapshot.capacity
         jobs = list(snapshot.jobs)
         if not jobs or cap <= 0:
@@ -60,19 +77,22 @@ class OraclePolicy:
             jobs = jobs[:cap]
         alloc = {j.job_id: 1 for j in jobs}
         left = cap - len(jobs)
-        heap = []
-        for order, j in enumerate(jobs):
+        margs, owner = [], []
+        for i, j in enumerate(jobs):
             g = gains[j.job_id]
             if len(g) > 2:
-                heap.append((-(g[2] - g[1]), order, j.job_id))
-        heapq.heapify(heap)
-        while left > 0 and heap:
-            neg, order, jid = heapq.heappop(heap)
-            if -neg <= 0:
-                break
-            alloc[jid] += 1
-            left -= 1
-            g, a = gains[jid], alloc[jid]
-            if a + 1 < len(g):
-                heapq.heappush(heap, (-(g[a + 1] - g[a]), order, jid))
+                m = np.minimum.accumulate(np.diff(g[1:]))
+                m = m[m > 0]
+                margs.append(m)
+                owner.append(np.full(len(m), i))
+        if left <= 0 or not margs:
+            return alloc
+        flat = np.concatenate(margs)
+        who = np.concatenate(owner)
+        if len(flat) > left:
+            top = np.argpartition(-flat, left - 1)[:left]
+            who = who[top]
+        extra = np.bincount(who, minlength=len(jobs))
+        for i, j in enumerate(jobs):
+            alloc[j.job_id] += int(extra[i])
         return alloc

@@ -42,6 +42,11 @@ RECIPES: dict[str, list[Recipe]] = {
         for f, c, s, k in ((5, 4, 1.0, 4), (10, 8, 2.0, 8), (20, 16, 3.0, 12), (8, 6, 2.5, 10),
                            (15, 12, 4.0, 12), (30, 10, 3.0, 8))
     ],
+    "lda": [
+        ("documents", {"rows": 300, "features": v, "topics": t, "doc_length": 60},
+         {"topics": t, "e_step_iterations": 30})
+        for v, t in ((200, 4), (300, 6), (250, 8))
+    ],
 }
 #: Per solver ``dataset_kind``: dataset variants for algorithms without their own recipes.
 KIND_RECIPES: dict[str, list[Recipe]] = {

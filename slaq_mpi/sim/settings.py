@@ -192,6 +192,8 @@ def check_policy_name(name: Any, where: str) -> None:
         get_policy(str(name))
     except PolicyError as exc:
         raise ConfigError(where, name, str(exc).split("; ", 1)[-1]) from None
+    except ImportError as exc:
+        raise ConfigError(where, name, f"this policy does not load here ({exc})") from None
 
 
 def _algorithm_names(spec: Any) -> list[str]:

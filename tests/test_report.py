@@ -1,0 +1,114 @@
+"""``slaq report``: metrics.h5 round trip, the table, and valid PNGs with the right series."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from slaq_mpi import config
+from slaq_mpi.errors import ConfigError
+from slaq_mpi.evaluation import common_l_star
+from slaq_mpi.report import add_cli, format_table, load_runs
+from slaq_mpi.sim import run_policies
+from slaq_mpi.sim.h5io import read_metrics, write_metrics
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def small_spec() -> Any:
+    return config.parse({
+        "name": "small", "epoch_seconds": 1.0, "policy": "fair", "ranks": 9, "seed": 1,
+        "jobs": [{"name": "lr", "algorithm": "logreg",
+                  "dataset": {"generator": "classification", "rows": 10000, "features": 10},
+                  "stop": {"max_iterations": 200, "tolerance": 1e-6}}],
+        "simulation": {"capacity": 8, "curves": "analytic", "work_scale": 20.0,
+                       "workload": {"jobs": 6, "mean_gap": 2.0}},
+    }, check_files=False)
+
+
+@pytest.fixture(scope="module")
+def sim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim")
+    run_policies(small_spec(), ["fair", "fifo"], out=out)
+    return out
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_cli(parser.add_subparsers(dest="cmd"))
+    return parser.parse_args(argv)
+
+
+def test_metrics_roundtrip(tmp_path: Path) -> None:
+    run = run_policies(small_spec(), ["fair"])["fair"]
+    write_metrics(tmp_path / "m.h5", run)
+    back = read_metrics(tmp_path / "m.h5")
+    assert back.policy == "fair" and back.mode == "simulate" and back.capacity == 8
+    assert back.job_names == run.job_names
+    assert np.array_equal(back.alloc, run.alloc)
+    assert np.isnan(back.pause_ms).all()
+    for name, job in run.jobs.items():
+        b = back.jobs[name]
+        assert np.array_equal(b.loss, job.loss) and np.array_equal(b.time, job.time)
+        assert b.status == job.status and b.l_star == job.l_star and b.end == job.end
+
+
+def test_table_and_json(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(["report", str(sim_dir), "--no-plots", "--json"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[0] == "policy" and "avg norm loss" in out[0]
+    assert any(line.startswith("fair ") for line in out) and any(line.startswith("fifo ") for line in out)
+    assert any(line.startswith("fifo vs fair:") for line in out)
+    data = json.loads(out[-1])
+    assert set(data["runs"]) == {"fair", "fifo"}
+    assert 0 <= data["runs"]["fair"]["avg_normalized_loss"] <= 1
+
+
+def test_repeated_policies_get_unique_labels(sim_dir: Path) -> None:
+    runs = load_runs([sim_dir / "fair", sim_dir / "fair"])
+    assert len(runs) == 2 and "fair" in runs
+
+
+def test_missing_run_dir_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="RUN_DIR"):
+        load_runs([tmp_path / "nope"])
+
+
+def test_format_table_handles_missing_values() -> None:
+    text = format_table({"a": {"avg_normalized_loss": float("nan")}})
+    assert text.splitlines()[1].split()[:2] == ["a", "-"]
+
+
+def test_pngs_are_valid_with_expected_series(sim_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.image as mpimg
+
+    from slaq_mpi.plots import write_plots
+
+    runs = load_runs([sim_dir])
+    written = write_plots(runs, common_l_star(runs.values()), tmp_path)
+    by_name = {p.name: n for p, n in written.items()}
+    assert by_name == {
+        "avg_normalized_loss.png": 2,   # one line per run
+        "time_to_reduction.png": 2,     # one line per run
+        "core_share.png": 6,            # high / medium / low per run
+    }
+    for path in written:
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        img = mpimg.imread(path)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+        assert float(img[..., :3].std()) > 0.01  # not a blank canvas
+
+
+def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    args = parse(["report", str(sim_dir / "fair"), str(sim_dir / "fifo"), "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "avg_normalized_loss.png", "core_share.png", "time_to_reduction.png"]

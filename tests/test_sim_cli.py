@@ -1,0 +1,98 @@
+"""``slaq simulate`` / ``slaq sim-check`` through their argparse entry points (no MPI)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from slaq_mpi.sim import ScalingModel, compare_with_run, fit_scaling
+from slaq_mpi.sim.cli import JSON_KEYS, add_cli
+from slaq_mpi.sim.h5io import read_metrics
+
+CONFIG = {
+    "name": "clitest", "epoch_seconds": 1.0, "policy": "fair", "ranks": 9, "seed": 5,
+    "jobs": [
+        {"name": "lr", "algorithm": "logreg", "arrival": 0.0,
+         "dataset": {"generator": "classification", "rows": 10000, "features": 10},
+         "stop": {"max_iterations": 150, "tolerance": 1e-5}},
+        {"name": "km", "algorithm": "kmeans", "arrival": 3.0,
+         "dataset": {"generator": "blobs", "rows": 10000, "features": 10},
+         "stop": {"max_iterations": 150, "tolerance": 1e-5}},
+        {"name": "lr2", "algorithm": "logreg", "arrival": 6.0,
+         "dataset": {"generator": "classification", "rows": 20000, "features": 10},
+         "stop": {"max_iterations": 150, "tolerance": 1e-5}},
+    ],
+    "simulation": {"capacity": 8, "work_scale": 3000.0, "policies": ["fair", "fifo"],
+                   "scaling": {"default": {"overhead": 0.01, "comm": 0.005, "cost": 1e-6}}},
+}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_cli(parser.add_subparsers(dest="cmd"))
+    return parser.parse_args(argv)
+
+
+@pytest.fixture()
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    return path
+
+
+def test_simulate_json_is_last_line(config_file: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(["simulate", str(config_file), "--out", str(tmp_path / "o"), "--json"])
+    assert args.func(args) == 0
+    cap = capsys.readouterr()
+    data = json.loads(cap.out.strip().splitlines()[-1])
+    assert set(data["policies"]) == {"fair", "fifo"}
+    for row in data["policies"].values():
+        assert set(row) == set(JSON_KEYS)
+        assert 0 < row["avg_normalized_loss"] <= 1 and row["makespan"] > 0
+    assert "simulating fair" in cap.err  # progress goes to stderr with --json
+    assert (tmp_path / "o" / "fair" / "metrics.h5").is_file()
+    run = read_metrics(tmp_path / "o" / "fifo")
+    assert run.policy == "fifo" and run.mode == "simulate" and "clitest" in run.config
+
+
+def test_simulate_policy_flag_and_bad_policy(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi.errors import ConfigError
+
+    args = parse(["simulate", str(config_file), "--policy", "oracle", "--json"])
+    assert args.func(args) == 0
+    assert list(json.loads(capsys.readouterr().out.splitlines()[-1])["policies"]) == ["oracle"]
+    with pytest.raises(ConfigError, match="--policy"):
+        args = parse(["simulate", str(config_file), "--policy", "nope"])
+        args.func(args)
+
+
+def test_fit_scaling_recovers_the_model() -> None:
+    true = ScalingModel(work=8.0, overhead=0.05, comm=0.01)
+    pairs = [(a, true.seconds(a)) for a in (1, 2, 4, 8, 16, 3, 6)]
+    got = fit_scaling(pairs)
+    assert got.work == pytest.approx(8.0, rel=1e-6)
+    assert got.overhead == pytest.approx(0.05, abs=1e-6)
+    assert got.comm == pytest.approx(0.01, abs=1e-6)
+    single = fit_scaling([(4, 1.0), (4, 1.2)])
+    assert single.work == pytest.approx(4.4)
+
+
+def test_sim_check_on_a_simulated_run_agrees_with_itself(config_file: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    cmp = compare_with_run(tmp_path / "o" / "fair")
+    assert cmp.mean_share_difference < 0.02
+    for name, model in cmp.scaling.items():
+        assert model.work > 0, name
+    real = read_metrics(tmp_path / "o" / "fair")
+    assert np.array_equal(cmp.simulated.alloc[: len(real.alloc)], real.alloc)
+    args = parse(["sim-check", str(tmp_path / "o" / "fair"), "--json"])
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["ok"] is True
