@@ -93,12 +93,12 @@ class Submitted:
             slurm.run_cmd(["scancel", self.job_id])
 
 
-def _submit(workdir: Path) -> Submitted:
+def _submit(workdir: Path, **slurm_keys: Any) -> Submitted:
     workdir.mkdir(parents=True, exist_ok=True)
     raw = yaml.safe_load(CONFIG.read_text())
     raw["output_dir"] = str(workdir / "run")
     raw.setdefault("slurm", {})
-    raw["slurm"].update({"python": sys.executable, "output": str(workdir / "slurm-%j.out")})
+    raw["slurm"].update({"python": sys.executable, "output": str(workdir / "slurm-%j.out"), **slurm_keys})
     cfg = workdir / "slurm-small.yaml"
     cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
     proc = run_slaq(["submit", str(cfg)], cwd=workdir, timeout=120)
@@ -110,7 +110,8 @@ def _submit(workdir: Path) -> Submitted:
 
 def _read_metrics(run_dir: Path) -> dict[str, dict[str, Any]]:
     with h5py.File(run_dir / "metrics.h5", "r") as f:
-        return {name: {"status": _text(g.attrs["status"]), "loss": np.asarray(g["loss"][()])}
+        return {name: {"status": _text(g.attrs["status"]), "loss": np.asarray(g["loss"][()]),
+                       "time": np.asarray(g["time"][()])}
                 for name, g in f["jobs"].items()}
 
 
@@ -161,6 +162,7 @@ def test_usr1_requeues_and_resumes_without_losing_work(
                      or len(_epoch_numbers(job.log_text())) >= 3)
         seen = _read_metrics(job.run_dir)
         done_before = {name for name, m in seen.items() if m["status"] == "done"}
+        assert any(len(m["loss"]) > 0 for name, m in seen.items() if name not in done_before)
         assert job.info().get("JobState") == "RUNNING", "the run ended before it could be signalled"
         proc = slurm.run_cmd(["scancel", "--signal=USR1", "--batch", job.job_id])
         assert proc.returncode == 0, proc.stderr
@@ -172,19 +174,41 @@ def test_usr1_requeues_and_resumes_without_losing_work(
         assert "got SIGUSR1: asking for a graceful stop" in log
         assert "requeueing" in log and f"resuming {job.run_dir}" in log
 
-        # No job starts again from iteration 0: each resumes at least where it was when signalled.
-        resumed = {m.group(1): int(m.group(2)) for m in
-                   re.finditer(r"^job (\S+): resuming from .* \(iteration (\d+)\)", log, re.M)}
-        for name, m in seen.items():
-            if len(m["loss"]) > 0 and name not in done_before:
-                assert name in resumed, f"{name} did not resume from a checkpoint:\n{log[-4000:]}"
-                assert resumed[name] >= len(m["loss"]) > 0
-
+        # No job starts again from iteration 0: the history seen before the signal survives as it
+        # was, iteration times included (a job run again from the start would have later times).
         final = _read_metrics(job.run_dir)
+        for name, before in seen.items():
+            k = len(before["loss"])
+            if k == 0 or name in done_before:
+                continue
+            assert np.array_equal(final[name]["time"][:k], before["time"]), \
+                f"{name}: its first {k} iterations were run again after the requeue"
+            assert np.array_equal(final[name]["loss"][:k], before["loss"]), name
+
         assert {n: m["status"] for n, m in final.items()} == {n: "done" for n in reference}
         for name, ref in reference.items():
             got = final[name]["loss"]
             assert len(got) == len(ref["loss"]), f"{name}: {len(got)} vs {len(ref['loss'])} iterations"
             np.testing.assert_allclose(got, ref["loss"], rtol=1e-9, atol=0, err_msg=name)
+    finally:
+        job.cancel()
+
+
+def test_mpiexec_launcher_inside_the_allocation(plain_run: tuple[Submitted, dict[str, str]],
+                                               tmp_path: Path) -> None:
+    ref_job, ref_info = plain_run
+    assert ref_info["JobState"] == "COMPLETED", "the reference run failed; see the first test"
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    job = _submit(tmp_path / "mpiexec", launcher="mpiexec",
+                  mpiexec=str(mpiexec) if mpiexec.exists() else "mpiexec")
+    try:
+        info = job.wait_final()
+        log = job.log_text()
+        assert info["JobState"] == "COMPLETED", f"{info}\n{log[-3000:]}"
+        assert "not inside an MPI launch" not in log, "slaq run started its own mpiexec"
+        final = _read_metrics(job.run_dir)
+        for name, ref in _read_metrics(ref_job.run_dir).items():
+            assert final[name]["status"] == "done"
+            np.testing.assert_allclose(final[name]["loss"], ref["loss"], rtol=1e-9, atol=0, err_msg=name)
     finally:
         job.cancel()
