@@ -97,19 +97,21 @@ def read(path: Path) -> Checkpoint:
     return Checkpoint(path, iteration, last_loss, state)
 
 
-def latest(run_dir: Path, job: str, at_most: int | None = None) -> tuple[Checkpoint | None, list[str]]:
+def latest(run_dir: Path, job: str, at_most: int | None = None
+           ) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
     """The newest good checkpoint of ``job`` (not past iteration ``at_most``).
 
-    Returns the checkpoint (None if there is none) and one note per file skipped as bad.
+    Returns the checkpoint (None if there is none) and the files skipped as bad, each with
+    the reason.
     """
-    notes: list[str] = []
+    bad: list[tuple[Path, str]] = []
     for path in sorted(job_dir(run_dir, job).glob("*.h5"), reverse=True):
         try:
             ckpt = read(path)
         except ValueError as exc:
-            notes.append(f"checkpoint {path} is corrupt ({exc}); trying the previous one")
+            bad.append((path, str(exc)))
             continue
         if at_most is not None and ckpt.iteration > at_most:
             continue
-        return ckpt, notes
-    return None, notes
+        return ckpt, bad
+    return None, bad

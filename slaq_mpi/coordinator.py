@@ -273,24 +273,30 @@ def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
 def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
     """Read a run's record back and roll every job to its newest good checkpoint.
 
-    Returns the record, the next epoch number and the experiment time reached.
+    Iterations recorded after that checkpoint are dropped (they run again). A corrupt
+    checkpoint is renamed to ``*.corrupt`` and reported in one line. Returns the record, the
+    next epoch number and the experiment time reached.
     """
     record = RunRecord.read(run_dir / "metrics.h5")
     state = json.loads((run_dir / STATE_FILE).read_text())
     for job in record.jobs.values():
-        if job.status in ("done", "failed") or job.iterations == 0:
+        if job.status in ("done", "failed"):
             continue
-        ckpt, notes = checkpoint.latest(run_dir, job.name, at_most=job.iterations)
-        for note in notes:
-            _say(f"job {job.name}: {note}")
-        keep = ckpt.iteration if ckpt else 0
-        if ckpt is not None and notes:
-            _say(f"job {job.name}: resuming from {ckpt.path.name} (iteration {keep})")
-        if keep < job.iterations:
-            job.truncate(keep)
         job.status = "waiting"
-    elapsed = float(state.get("elapsed", 0.0))
-    return record, int(state.get("epoch", 0)), elapsed
+        if job.iterations == 0:
+            continue
+        ckpt, bad = checkpoint.latest(run_dir, job.name, at_most=job.iterations)
+        keep = ckpt.iteration if ckpt else 0
+        for path, _why in bad:
+            path.rename(path.with_name(path.name + ".corrupt"))
+        if bad:
+            names = ", ".join(f"{p.name} ({why})" for p, why in bad)
+            fallback = f"resuming from {ckpt.path.name}" if ckpt else "no good checkpoint: restarting it"
+            _say(f"job {job.name}: corrupt checkpoint {names}; {fallback} at iteration {keep}")
+        _say(f"job {job.name}: continues from iteration {keep} "
+             f"({job.iterations - keep} recorded iterations will run again)")
+        job.truncate(keep)
+    return record, int(state.get("epoch", 0)), float(state.get("elapsed", 0.0))
 
 
 def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:

@@ -29,7 +29,7 @@ def test_corrupt_newest_checkpoint_falls_back(tmp_path: Path) -> None:
     newest.write_bytes(bytes(data[: len(data) // 2]))  # truncated
     ckpt, notes = checkpoint.latest(tmp_path, "j")
     assert ckpt is not None and ckpt.iteration == 1
-    assert len(notes) == 1 and "00000002.h5" in notes[0] and "corrupt" in notes[0]
+    assert len(notes) == 1 and notes[0][0] == newest and "unreadable" in notes[0][1]
 
 
 def test_flipped_bytes_fail_the_checksum(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_flipped_bytes_fail_the_checksum(tmp_path: Path) -> None:
     data[idx] ^= 0xFF
     path.write_bytes(bytes(data))
     ckpt, notes = checkpoint.latest(tmp_path, "j")
-    assert ckpt is None and "checksum" in notes[0]
+    assert ckpt is None and "checksum" in notes[0][1]
 
 
 def test_metrics_round_trip(tmp_path: Path) -> None:

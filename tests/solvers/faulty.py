@@ -1,0 +1,42 @@
+"""User-written solvers that fail on purpose (for the fault-tolerance tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from jobs.logreg import LogisticRegression
+
+
+class RaisesAt(LogisticRegression):
+    """Logistic regression that raises ValueError at iteration ``at`` on every rank."""
+
+    defaults: ClassVar[dict[str, Any]] = {**LogisticRegression.defaults, "at": 5}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.k = 0
+
+    def step(self) -> float:
+        self.k += 1
+        if self.k == int(self.params["at"]):
+            raise ValueError(f"injected failure at iteration {self.k}")
+        return super().step()
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        return {**super().get_state(), "k": np.array([self.k])}
+
+    def set_state(self, state: Mapping[str, np.ndarray]) -> None:
+        super().set_state(state)
+        self.k = int(state["k"][0])
+
+
+class NanAt(RaisesAt):
+    """Logistic regression whose loss turns NaN at iteration ``at``."""
+
+    def step(self) -> float:
+        self.k += 1
+        loss = LogisticRegression.step(self)
+        return float("nan") if self.k >= int(self.params["at"]) else loss

@@ -1,0 +1,171 @@
+"""Fault tolerance under real mpiexec: graceful stop and resume, SIGKILL of a worker,
+corrupt checkpoints, failing solvers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from jobs import SerialComm, load_solver
+from slaq_mpi.config import load
+from slaq_mpi.datasets import materialize, read_shard
+from tests.conftest import ROOT, run_slaq
+
+pytestmark = pytest.mark.mpi
+
+
+def _config(tmp_path: Path, **changes: object) -> Path:
+    raw = yaml.safe_load((ROOT / "tests" / "configs" / "faults.yaml").read_text())
+    raw["output_dir"] = str(tmp_path / "run")
+    raw.update(changes)
+    path = tmp_path / "faults.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _start(cfg: Path, cwd: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "slaq_mpi", "run", *extra, str(cfg)], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_epochs(run: Path, proc: subprocess.Popen[str], epochs: int, timeout: float = 180) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        state = run / "state.json"
+        if state.exists():
+            try:
+                if json.loads(state.read_text())["epoch"] >= epochs:
+                    return
+            except (json.JSONDecodeError, KeyError):
+                pass
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    pytest.fail("the run did not get going")
+
+
+def _reference_losses(cfg: Path, job_name: str, n: int, tmp_path: Path) -> np.ndarray:
+    """The job's first n losses on one fixed rank, run serially."""
+    spec = load(cfg)
+    job = next(j for j in spec.jobs if j.name == job_name)
+    data = materialize(job.dataset, tmp_path / "refdata", job.seed)
+    solver = load_solver(job.algorithm)(SerialComm(), read_shard(data, 0, 1), job.hyperparameters, job.seed)
+    return np.array([solver.step() for _ in range(n)])
+
+
+def _check_equal_to_reference(cfg: Path, run: Path, tmp_path: Path) -> None:
+    with h5py.File(run / "metrics.h5") as f:
+        for name, g in f["jobs"].items():
+            assert g.attrs["status"] == "done", (name, g.attrs["status"], g.attrs["reason"])
+            loss = g["loss"][()]
+            ref = _reference_losses(cfg, name, len(loss), tmp_path)
+            rel = np.max(np.abs(loss - ref) / np.abs(ref))
+            assert rel <= 1e-9, f"{name}: relative difference {rel:.2e}"
+
+
+def _resume_points(stdout: str) -> dict[str, tuple[int, int]]:
+    found = re.findall(r"job (\S+): continues from iteration (\d+) \((\d+) recorded", stdout)
+    return {name: (int(k), int(redo)) for name, k, redo in found}
+
+
+def test_usr1_stops_then_resume_finishes_exactly(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    run = tmp_path / "run"
+    proc = _start(cfg, tmp_path)
+    _wait_epochs(run, proc, 4)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out + err
+    assert "stopping after this epoch" in out and "slaq run --resume" in out
+    assert not json.loads((run / "state.json").read_text())["finished"]
+    res = run_slaq(["run", "--resume", str(run)], cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    points = _resume_points(res.stdout)
+    assert points, res.stdout
+    for name, (k, redo) in points.items():
+        assert k > 0, f"{name} started again from iteration 0"
+        assert redo == 0, f"{name}: a graceful stop must not lose iterations"
+    _check_equal_to_reference(cfg, run, tmp_path)
+
+
+def test_sigkill_of_a_worker_then_resume(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    run = tmp_path / "run"
+    proc = _start(cfg, tmp_path)
+    _wait_epochs(run, proc, 5)
+    workers = subprocess.run(["pgrep", "-f", f"slaq_mpi run {cfg}"], capture_output=True, text=True)
+    pids = sorted(int(p) for p in workers.stdout.split())
+    # The processes are: this test's `slaq run`, mpiexec's python ranks (coordinator first).
+    ranks = [p for p in pids if p != proc.pid]
+    assert len(ranks) >= 4, workers.stdout
+    victim = random.Random(7).choice(ranks[1:])
+    os.kill(victim, signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    with h5py.File(run / "metrics.h5") as f:
+        recorded = {n: len(g["loss"]) for n, g in f["jobs"].items()}
+        per_epoch = {n: max(1, int(np.bincount(np.searchsorted(f["epochs/time"][()], g["time"][()]))
+                                   .max())) if len(g["time"]) else 0 for n, g in f["jobs"].items()}
+    res = run_slaq(["run", "--resume", str(run)], cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name, (k, redo) in _resume_points(res.stdout).items():
+        assert recorded[name] - k == redo
+        assert redo <= per_epoch[name], f"{name}: {redo} iterations redone, more than one epoch"
+    _check_equal_to_reference(cfg, run, tmp_path)
+
+
+def test_corrupt_newest_checkpoint_uses_previous(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    run = tmp_path / "run"
+    proc = _start(cfg, tmp_path)
+    _wait_epochs(run, proc, 4)
+    proc.send_signal(signal.SIGUSR1)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 75
+    job_dirs = [d for d in (run / "checkpoints").iterdir() if len(list(d.glob("*.h5"))) == 2]
+    assert job_dirs, "no job has two checkpoints yet"
+    newest = sorted(job_dirs[0].glob("*.h5"))[-1]
+    previous = sorted(job_dirs[0].glob("*.h5"))[0]
+    newest.write_bytes(newest.read_bytes()[:200])
+    res = run_slaq(["run", "--resume", str(run)], cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if "corrupt checkpoint" in ln]
+    assert len(lines) == 1, res.stdout
+    assert newest.name in lines[0] and f"resuming from {previous.name}" in lines[0]
+    _check_equal_to_reference(cfg, run, tmp_path)
+
+
+def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> None:
+    faulty = ROOT / "tests" / "solvers" / "faulty.py"
+    raw = yaml.safe_load((ROOT / "tests" / "configs" / "faults.yaml").read_text())
+    raw["jobs"] += [
+        {"name": "raises", "algorithm": f"{faulty}:RaisesAt", "hyperparameters": {"at": 30},
+         "arrival": 0, "stop": {"max_iterations": 200},
+         "dataset": {"generator": "classification", "rows": 3000, "features": 10}},
+        {"name": "nan", "algorithm": f"{faulty}:NanAt", "hyperparameters": {"at": 40},
+         "arrival": 0, "stop": {"max_iterations": 200},
+         "dataset": {"generator": "classification", "rows": 3000, "features": 10}},
+    ]
+    cfg = _config(tmp_path, jobs=raw["jobs"])
+    res = run_slaq(["run", str(cfg)], cwd=tmp_path, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
+        st = {n: (g.attrs["status"], g.attrs["reason"]) for n, g in f["jobs"].items()}
+        assert st["raises"][0] == "failed" and "injected failure at iteration 30" in st["raises"][1]
+        assert st["nan"][0] == "failed" and "nan at iteration 40" in st["nan"][1]
+        assert len(f["jobs/nan/loss"]) == 40
+        for name in ("good-1", "good-2", "good-3"):
+            assert st[name][0] == "done", st
+    assert "job raises failed" in res.stdout and "job nan failed" in res.stdout
