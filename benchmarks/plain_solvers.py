@@ -60,8 +60,13 @@ def plain_logreg_lbfgs(X: np.ndarray, y: np.ndarray, seed: int, l2: float = 1e-4
             if f1 <= f + 1e-4 * t * (g @ d):
                 break
             t /= 2
+        else:
+            return f
         S.append(x1 - st["x"])
         Y.append(g1 - g)
+        if S[-1] @ Y[-1] <= 1e-12 * (Y[-1] @ Y[-1]):
+            S.pop()
+            Y.pop()
         if len(S) > m:
             S.pop(0)
             Y.pop(0)
