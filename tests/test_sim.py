@@ -197,3 +197,18 @@ def test_packaged_library_is_small_and_sane() -> None:
     for c in lib.curves:
         assert c.l_star <= c.losses.min() + 1e-12
         assert math.isfinite(c.cost_per_cell) and c.cost_per_cell > 0
+
+
+def test_shipped_configs_describe_the_paper_and_scale_setups() -> None:
+    from pathlib import Path
+
+    from slaq_mpi.sim import prepare
+
+    root = Path(__file__).resolve().parent.parent / "configs"
+    settings, jobs = prepare(config.load(root / "paper.yaml", check_files=False))
+    assert settings.capacity == 640 and len(jobs) == 160
+    gaps = np.diff([j.arrival for j in jobs])
+    assert 10.0 < gaps.mean() < 20.0  # Poisson, 15 s mean gap
+    assert {"fair", "slaq", "oracle"} <= set(settings.policies)
+    settings, jobs = prepare(config.load(root / "scale.yaml", check_files=False))
+    assert settings.capacity == 16384 and len(jobs) == 4000

@@ -214,11 +214,10 @@ def _trace(s: _State) -> JobTrace:
         status = "running"
     else:
         status = "waiting"
-    reason = "stop rule" if status == "done" else ""
     return JobTrace(
         name=job.name, algorithm=job.algorithm, arrival=job.arrival,
         loss=np.array(s.losses, dtype=np.float64), time=times, cores=cores.astype(np.int32),
-        iter_seconds=secs, start=s.start, end=s.end, status=status, reason=reason,
+        iter_seconds=secs, start=s.start, end=s.end, status=status, reason="",
         convergence=job.convergence, l_star=job.l_star, max_cores=job.max_cores,
         attained_core_seconds=s.attained,
         throughput=np.array(s.throughput, dtype=np.float64).reshape(-1, 2),

@@ -26,7 +26,7 @@ from jobs import ALGORITHMS, SerialComm, Shard, load_solver
 from slaq_mpi.datasets import GENERATORS
 from slaq_mpi.sim.curves import Curve, CurveLibrary
 
-__all__ = ["RECIPES", "KIND_RECIPES", "record_curve", "record_library"]
+__all__ = ["RECIPES", "ITERATION_CAPS", "KIND_RECIPES", "record_curve", "record_library"]
 
 Recipe = tuple[str, dict[str, Any], dict[str, Any]]  # generator, its params, hyperparameters
 
@@ -47,6 +47,11 @@ RECIPES: dict[str, list[Recipe]] = {
          {"topics": t, "e_step_iterations": 30})
         for v, t in ((200, 4), (300, 6), (250, 8))
     ],
+}
+#: Iterations recorded at most (for L*), per algorithm: slow solvers get fewer. Iteration caps,
+#: not time budgets, keep the library the same on any machine.
+ITERATION_CAPS: dict[str, int] = {
+    "gbt": 1500, "gbt_classifier": 400, "mlp": 1500, "lda": 150, "gmm": 700,
 }
 #: Per solver ``dataset_kind``: dataset variants for algorithms without their own recipes.
 KIND_RECIPES: dict[str, list[Recipe]] = {
@@ -90,7 +95,7 @@ def _shard(generator: str, params: Mapping[str, Any], seed: int) -> Shard:
 
 def record_curve(algorithm: str, recipe: Recipe, seed: int, max_iterations: int = 4000,
                  converge_iterations: int = 20000, tolerance: float = 1e-8,
-                 time_budget: float = 20.0) -> Curve:
+                 time_budget: float = 300.0) -> Curve:
     """Run one solver serially and return its curve (raises if the losses are not finite)."""
     generator, gparams, hyper = recipe
     solver_cls = load_solver(algorithm)
@@ -151,7 +156,9 @@ def record_library(out: str | Path, algorithms: list[str] | None = None, seed: i
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    curve = record_curve(alg, recipe, seed * 1000 + i)
+                    cap = ITERATION_CAPS.get(alg, 20000)
+                    curve = record_curve(alg, recipe, seed * 1000 + i, max_iterations=min(4000, cap),
+                                         converge_iterations=cap)
             except Exception as exc:  # a recipe that does not suit this solver
                 progress(f"  {alg}: recipe {i} ({recipe[0]}) skipped: {type(exc).__name__}: {exc}")
                 continue
