@@ -401,12 +401,27 @@ export PYTHONUNBUFFERED=1   # rank 0's "epoch ..." progress lines reach the log 
 RESTARTS=${SLURM_RESTART_COUNT:-0}
 say() { echo "slaq.sbatch: $(date '+%F %T') job ${SLURM_JOB_ID:-?} restart $RESTARTS: $*"; }
 
-# A warning signal (USR1), preemption or scancel (TERM): ask rank 0 for a graceful stop.
+# A warning signal (USR1), preemption or scancel (TERM): ask rank 0 for a graceful stop by
+# creating RUN_DIR/STOP, once the run owns RUN_DIR (state.json written): a fresh start moves an
+# old RUN_DIR aside, so a STOP file made too early would be lost; until then a watcher waits.
 caught=0
+stop_requested=0
+step=
+ask_rank0_to_stop() {
+    if [ -f "$RUN_DIR/state.json" ]; then
+        touch "$RUN_DIR/STOP"
+    elif [ -n "$step" ]; then
+        ( while kill -0 "$step" 2>/dev/null; do
+              if [ -f "$RUN_DIR/state.json" ]; then touch "$RUN_DIR/STOP"; exit 0; fi
+              sleep 1
+          done ) &
+    fi
+}
 request_stop() {
     caught=1
     say "got SIG$1: asking for a graceful stop"
-    [ -d "$RUN_DIR" ] && touch "$RUN_DIR/STOP"
+    [ "$stop_requested" = 1 ] || ask_rank0_to_stop
+    stop_requested=1
 }
 trap 'request_stop USR1' USR1
 trap 'request_stop TERM' TERM
@@ -424,6 +439,7 @@ fi
 # The step runs in the background so the traps fire while this shell waits for it.
 "${LAUNCH[@]}" "$PYTHON" -m slaq_mpi "${ARGS[@]}" &
 step=$!
+[ "$stop_requested" = 1 ] && ask_rank0_to_stop   # a signal that came before the launch
 while :; do
     caught=0
     wait "$step"

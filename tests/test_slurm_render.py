@@ -329,7 +329,14 @@ case $FAKE_MODE in
     fail) exit 1 ;;
     stop) exit 75 ;;
     wait-stop)
-        mkdir -p "$run_dir"; touch "$FAKE_LOG/started"
+        mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"; touch "$FAKE_LOG/started"
+        while [ ! -e "$run_dir/STOP" ]; do sleep 0.05; done
+        rm -f "$run_dir/STOP"; exit 75 ;;
+    late-run-dir)
+        # The run owns RUN_DIR only after a while (a fresh start writes state.json after epoch 0).
+        touch "$FAKE_LOG/started"
+        while [ ! -e "$FAKE_LOG/go" ]; do sleep 0.05; done
+        mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"
         while [ ! -e "$run_dir/STOP" ]; do sleep 0.05; done
         rm -f "$run_dir/STOP"; exit 75 ;;
 esac
@@ -402,20 +409,27 @@ def test_script_stops_requeueing_after_max_restarts(fake_cluster: dict[str, Any]
     assert "resume with: slaq run --resume" in proc.stdout
 
 
-@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def _wait_for_file(path: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30  # a safety net only
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), f"{path.name} never appeared"
+
+
+@pytest.mark.parametrize("sig, mode", [(signal.SIGUSR1, "wait-stop"), (signal.SIGTERM, "wait-stop"),
+                                       (signal.SIGUSR1, "late-run-dir")])
 def test_signal_to_the_batch_shell_stops_gracefully_and_requeues(fake_cluster: dict[str, Any],
-                                                                 sig: signal.Signals) -> None:
-    env = {**fake_cluster["env"], "FAKE_MODE": "wait-stop"}
+                                                                 sig: signal.Signals, mode: str) -> None:
+    env = {**fake_cluster["env"], "FAKE_MODE": mode}
     proc = subprocess.Popen(["bash", str(fake_cluster["script"])], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        started = fake_cluster["logs"] / "started"
-        deadline = time.monotonic() + 30
-        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert started.exists(), "the fake step never started"
+        _wait_for_file(fake_cluster["logs"] / "started", proc)
         proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=30)
+        if mode == "late-run-dir":  # the signal came before the run owned RUN_DIR
+            _wait_for_file(fake_cluster["logs"] / "started", proc)
+            (fake_cluster["logs"] / "go").touch()
+        out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
