@@ -78,6 +78,8 @@ class Submitted:
             info = self.info()
             if ready(info):
                 return info
+            if not info:
+                pytest.fail(f"job {self.job_id}: Slurm no longer knows it\n{self.log_text()[-3000:]}")
             time.sleep(0.5)
         pytest.fail(f"job {self.job_id}: gave up waiting for {what}; last state {self.info()}\n"
                     f"{self.log_text()[-3000:]}")
