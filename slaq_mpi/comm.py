@@ -20,7 +20,7 @@ from jobs.base import ReduceOp
 TAG_REPORT = 11
 TAG_ERROR = 12
 _SLEEP_MIN = 0.0002
-_SLEEP_MAX = 0.004
+_SLEEP_MAX = 0.002
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _WORLD = MPI.COMM_WORLD
 

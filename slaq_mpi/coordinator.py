@@ -141,6 +141,8 @@ class Coordinator:
         comm.broadcast_plan(plan)
         if moved:
             comm.split(None, key=0)  # the re-split is collective over the whole world
+        if self.epoch > 0:
+            self._save(finished=False)  # the previous epoch's history, while the jobs train
         self.ranks = ranks
         self.record.add_epoch(now, {j: len(r) for j, r in ranks.items()}, decision_ms, bool(moved))
         for name in ranks:
@@ -151,7 +153,6 @@ class Coordinator:
         self._absorb(reports, moved)
         self._progress(now, alloc)
         self.epoch += 1
-        self._save(finished=False)
         return None
 
     def _snapshot(self, now: float, active: list[JobRecord]) -> ClusterSnapshot:
