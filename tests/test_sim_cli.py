@@ -96,3 +96,51 @@ def test_sim_check_on_a_simulated_run_agrees_with_itself(config_file: Path, tmp_
     args = parse(["sim-check", str(tmp_path / "o" / "fair"), "--json"])
     assert args.func(args) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["ok"] is True
+
+
+def test_curves_record_writes_a_loadable_library(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi.sim.curves import CurveLibrary
+
+    out = tmp_path / "c.npz"
+    args = parse(["curves", "record", "--algorithm", "linreg", "--out", str(out)])
+    assert args.func(args) == 0
+    lib = CurveLibrary.load(out)
+    assert lib.algorithms() == ["linreg"] and len(lib) >= 2
+    for c in lib.curves:
+        assert c.convergence == "linear" and c.l_star <= c.losses.min()
+        assert c.losses[0] > c.losses[-1]
+    again = tmp_path / "d.npz"
+    args = parse(["curves", "record", "--algorithm", "linreg", "--out", str(again)])
+    assert args.func(args) == 0
+    for a, b in zip(lib.curves, CurveLibrary.load(again).curves, strict=True):
+        assert np.array_equal(a.losses, b.losses)  # curves do not depend on timing
+
+
+def test_oracle_needs_the_simulator() -> None:
+    from slaq_mpi.policies import get_policy
+    from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+
+    snap = ClusterSnapshot(capacity=4, now=0.0, epoch_seconds=1.0,
+                           jobs=(JobSnapshot("x", (), (), 0, 4),))
+    with pytest.raises(KeyError, match="only in the simulator"):
+        get_policy("oracle").allocate(snap)
+
+
+def test_report_table_without_matplotlib(config_file: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from slaq_mpi.report import add_cli as report_cli
+
+    args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.delitem(sys.modules, "slaq_mpi.plots", raising=False)
+    parser = argparse.ArgumentParser()
+    report_cli(parser.add_subparsers(dest="cmd"))
+    rargs = parser.parse_args(["report", str(tmp_path / "o")])
+    assert rargs.func(rargs) == 0
+    out = capsys.readouterr().out
+    assert "fair " in out and "matplotlib is not installed" in out
+    assert not list((tmp_path / "o").glob("*.png"))
