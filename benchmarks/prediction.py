@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="curves per solver (data and model seeds)")
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--record", type=int, default=200, help="iterations recorded per curve")
-    ap.add_argument("--converge", type=int, default=3000, help="iterations run to find L*")
-    ap.add_argument("--budget", type=float, default=30.0, help="seconds per curve at most")
+    ap.add_argument("--converge", type=int, default=1500, help="iterations run to find L*")
+    ap.add_argument("--budget", type=float, default=15.0, help="seconds per curve at most")
     ap.add_argument("--active", type=float, default=1e-3,
                     help="evaluate prefixes while L_k - L* >= active * (L_0 - L*)")
     ap.add_argument("--min-prefix", type=int, default=3)

@@ -4,13 +4,13 @@ For every job the recent loss history (a window of the last ``window`` losses) i
 with exponentially decaying weights (recent points count most) by one of two families:
 
 * sublinear (first-order methods): ``f(k) = 1 / (a k^2 + b k + c) + d``, written around the
-  last observed iteration ``k_n`` (``u = k - k_n``) as ``f = d + A / ((1 + u/k1)(1 + u/k2))``
-  (``k1 <= k2``, ``k2`` may be infinite: ``f ~ 1/k``);
+  last observed iteration ``k_n`` (``u = k - k_n``) as ``f = d + A / (1 + p1 u + p2 u^2)``
+  (``p1, p2 >= 0``; ``p2 = 0`` gives ``f ~ 1/k``);
 * linear / superlinear (L-BFGS, EM, Lloyd): ``f(k) = mu^(k - b) + c``, i.e.
   ``f = c + A * exp(-r u)`` with ``mu = exp(-r)``.
 
 The fit is a *variable projection* solved for all jobs together: for each point of a fixed
-grid of the nonlinear parameters (``1/k1, 1/k2`` or ``r``) the linear parameters ``(A, d)``
+grid of the nonlinear parameters (``p1, p2`` or ``r``) the linear parameters ``(A, d)``
 have a closed-form weighted least-squares solution, and all the sums it needs are three
 (jobs x window) @ (window x grid) matrix products. Each job keeps the grid point of least
 residual allowed by its declared convergence class (both families for ``"unknown"``), then a
@@ -51,11 +51,13 @@ FAMILY_SUBLINEAR = 1
 FAMILY_LINEAR = 2
 FAMILY_FLAT = 3
 
-DEFAULT_WINDOW = 32
-DEFAULT_DECAY = 8.0
+DEFAULT_WINDOW = 16
+DEFAULT_DECAY = 6.0
+SKIP_INITIAL_AFTER = 6  # the initial model's loss is left out of fits of longer histories
 MIN_FIT_POINTS = 3  # fewer losses: the prior
 MIN_FULL_POINTS = 5  # fewer losses: one nonlinear parameter only
-REFINE_STEPS = 6
+REFINE_STEPS = 3
+UNKNOWN_LINEAR_MARGIN = 0.5  # unknown class: linear wins if its residual is below this share
 PRIOR_SCALE = 5.0  # the prior's total normalized reduction from iteration 0
 _CLASS_CODES = {"sublinear": 1, "linear": 2}
 
@@ -95,13 +97,12 @@ def prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.nd
 def _shape(family: np.ndarray, p1: np.ndarray, p2: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Curve shapes ``h(u)`` with ``h(0) = 1``, broadcasting the parameters against ``u``.
 
-    Sublinear: ``1 / ((1 + p1 u)(1 + p2 u))`` (0 past a pole); linear: ``exp(-p1 u)``.
+    Sublinear: ``1 / (1 + p1 u + p2 u^2)`` (0 where that is not positive); linear: ``exp(-p1 u)``.
     """
     sub = family == FAMILY_SUBLINEAR
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        q1 = 1.0 + np.where(sub, p1, 0.0) * u
-        q2 = 1.0 + np.where(sub, p2, 0.0) * u
-        h_sub = np.where((q1 > 0) & (q2 > 0), 1.0 / (q1 * q2), 0.0)
+        q = 1.0 + (np.where(sub, p1, 0.0) + np.where(sub, p2, 0.0) * u) * u
+        h_sub = np.where(q > 0, 1.0 / q, 0.0)
         h_lin = np.exp(-np.where(sub, 0.0, p1) * u)
     return np.where(sub, h_sub, h_lin)
 
@@ -109,8 +110,9 @@ def _shape(family: np.ndarray, p1: np.ndarray, p2: np.ndarray, u: np.ndarray) ->
 @dataclass(frozen=True)
 class _Grid:
     family: np.ndarray  # (G,) FAMILY_SUBLINEAR or FAMILY_LINEAR
-    p1: np.ndarray  # nu1 = 1/k1 (sublinear) or r (linear)
-    p2: np.ndarray  # nu2 <= nu1 (sublinear, 0 means k2 = inf) or 0
+    p1: np.ndarray  # 1/k1 + 1/k2 (sublinear) or r (linear)
+    p2: np.ndarray  # 1/(k1 k2) (sublinear) or 0
+    pole: np.ndarray  # 1/k1: the shape has a pole at u = -k1 (sublinear), else 0
     simple: np.ndarray  # (G,) one nonlinear parameter only (usable with 3-4 points)
     basis: np.ndarray  # (G, W): the shape at u = -(W-1) .. 0
     basis_sq: np.ndarray
@@ -124,11 +126,12 @@ def _grid(window: int) -> _Grid:
     family = np.concatenate(
         [np.full(len(pairs), FAMILY_SUBLINEAR), np.full(len(rates), FAMILY_LINEAR)]
     ).astype(np.int8)
-    p1 = np.concatenate([[a for a, _ in pairs], rates])
-    p2 = np.concatenate([[b for _, b in pairs], np.zeros(len(rates))])
+    p1 = np.concatenate([[a + b for a, b in pairs], rates])
+    p2 = np.concatenate([[a * b for a, b in pairs], np.zeros(len(rates))])
+    pole = np.concatenate([[a for a, _ in pairs], np.zeros(len(rates))])
     u = np.arange(-(window - 1), 1, dtype=np.float64)
     basis = _shape(family[:, None], p1[:, None], p2[:, None], u[None, :])
-    return _Grid(family, p1, p2, p2 == 0, basis, basis * basis)
+    return _Grid(family, p1, p2, pole, p2 == 0, basis, basis * basis)
 
 
 # --- fitted curves ------------------------------------------------------------------------
@@ -142,7 +145,8 @@ class CurveFit:
         family: ``FAMILY_SUBLINEAR``, ``FAMILY_LINEAR``, ``FAMILY_PRIOR`` (too little
             history: the prior is used) or ``FAMILY_FLAT`` (no decrease: no reduction).
         amp: ``A`` in loss units (the curve is ``floor + amp * h(u)``).
-        p1, p2: ``1/k1, 1/k2`` (sublinear; 0 means an infinite ``k``) or ``r, 0`` (linear).
+        p1, p2: the sublinear shape ``1 / (1 + p1 u + p2 u^2)``, or ``r, 0`` for the linear
+            shape ``exp(-r u)``; ``u`` counts iterations after the last observed one.
         floor: the fitted asymptote in loss units.
         last: the last observed loss (predictions are anchored to it).
         n: losses seen (iterations run).
@@ -162,6 +166,10 @@ class CurveFit:
 
     def __len__(self) -> int:
         return int(self.family.shape[0])
+
+    def take(self, rows: np.ndarray) -> CurveFit:
+        """The fits of the jobs ``rows`` (an index array), in that order."""
+        return CurveFit(**{f: getattr(self, f)[rows] for f in self.__dataclass_fields__})
 
     def _col(self, arr: np.ndarray, more: np.ndarray) -> np.ndarray:
         return arr.reshape(arr.shape + (1,) * (more.ndim - 1)) if more.ndim > 1 else arr
@@ -275,91 +283,145 @@ def history_windows(
 
 
 def _coarse(
-    y: np.ndarray, w: np.ndarray, valid_n: np.ndarray, classes: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Best grid point per job: ``(family, p1, p2, amp, offset, sse)`` (sse inf: none)."""
+    y: np.ndarray, w: np.ndarray, valid_n: np.ndarray, family: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Best grid point of ``family`` per job: ``(p1, p2, amp, offset, sse)`` (sse inf: none)."""
     jobs, window = y.shape
     grid = _grid(window)
+    cols = np.flatnonzero(grid.family == family)
+    basis = grid.basis[cols]
     wy = w * y
     s_w = w.sum(axis=1)[:, None]
     s_y = wy.sum(axis=1)[:, None]
     s_yy = (wy * y).sum(axis=1)[:, None]
-    s_e = w @ grid.basis.T
-    s_ee = w @ grid.basis_sq.T
-    s_ey = wy @ grid.basis.T
+    s_e = w @ basis.T
+    s_ee = w @ grid.basis_sq[cols].T
+    s_ey = wy @ basis.T
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         det = s_w * s_ee - s_e * s_e
         amp = (s_w * s_ey - s_e * s_y) / det
         off = (s_y - amp * s_e) / s_w
         sse = s_yy - amp * s_ey - off * s_y
-        good = np.isfinite(sse) & (det > 1e-12 * s_w * s_ee) & (amp > 0)
-        # a sublinear shape's pole must lie before the first point of the window
-        nu_max = 1.0 / np.maximum(valid_n - 0.75, 0.25)
-        good &= (grid.family[None, :] != FAMILY_SUBLINEAR) | (grid.p1[None, :] < nu_max[:, None])
-    good &= (classes[:, None] == 0) | (classes[:, None] == grid.family[None, :])
-    good &= (valid_n[:, None] >= MIN_FULL_POINTS) | grid.simple[None, :]
+        good = (det > 1e-12 * s_w * s_ee) & (amp > 0)
+    short = np.flatnonzero(valid_n < window)
+    if short.size:  # a pole must lie before the first point; few points: one parameter only
+        nu_max = 1.0 / np.maximum(valid_n[short] - 0.75, 0.25)
+        ok = grid.pole[cols][None, :] < nu_max[:, None]
+        ok &= (valid_n[short, None] >= MIN_FULL_POINTS) | grid.simple[cols][None, :]
+        good[short] &= ok
     sse = np.where(good, np.maximum(sse, 0.0), np.inf)
     best = np.argmin(sse, axis=1)
     rows = np.arange(jobs)
-    return (grid.family[best], grid.p1[best], grid.p2[best], amp[rows, best], off[rows, best],
-            sse[rows, best])
+    return grid.p1[cols][best], grid.p2[cols][best], amp[rows, best], off[rows, best], sse[rows, best]
 
 
-def _residuals(theta: np.ndarray, fam: np.ndarray, u: np.ndarray, sw: np.ndarray, y: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted residuals and shapes for parameters ``theta = (A, d, p1, p2)`` per job."""
-    h = _shape(fam[:, None], theta[:, 2:3], theta[:, 3:4], u)
-    return sw * (theta[:, 1:2] + theta[:, 0:1] * h - y), h
+def _project(
+    p1: np.ndarray, p2: np.ndarray, sub: bool, u: np.ndarray, w: np.ndarray, wy: np.ndarray,
+    s_w: np.ndarray, s_y: np.ndarray, s_yy: np.ndarray, valid: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """Shapes and the optimal linear parameters for nonlinear ``(p1, p2)`` per job.
+
+    Returns ``(h, amp, off, sse, dh1, dh2)``; ``sse`` is inf where the shape has a pole in the
+    window or the best amplitude is not positive.
+    """
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if sub:
+            q = 1.0 + u * (p1[:, None] + p2[:, None] * u)
+            h = 1.0 / q
+            dh1 = -u * h * h
+            dh2 = dh1 * u
+            bad = ((q <= 0) & valid).any(axis=1)
+        else:
+            h = np.exp(-p1[:, None] * u)
+            dh1 = -u * h
+            dh2 = dh1
+            bad = ~np.isfinite(h).all(axis=1)
+        s_h = np.einsum("jw,jw->j", w, h)
+        s_hh = np.einsum("jw,jw->j", w * h, h)
+        s_hy = np.einsum("jw,jw->j", wy, h)
+        det = s_w * s_hh - s_h * s_h
+        amp = (s_w * s_hy - s_h * s_y) / det
+        off = (s_y - amp * s_h) / s_w
+        sse = s_yy - amp * s_hy - off * s_y
+    bad |= ~np.isfinite(sse) | ~(det > 1e-12 * s_w * s_hh) | ~(amp > 0)
+    return h, amp, off, np.where(bad, np.inf, np.maximum(sse, 0.0)), dh1, dh2
+
+
+def _kaufman(
+    g: np.ndarray, g_same: np.ndarray, w: np.ndarray, wh: np.ndarray, wr: np.ndarray,
+    gram: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For a derivative column ``g``: its projected squared norm, its product with the
+    residual, and its products with ``h`` and ``1`` (weighted by ``w``)."""
+    s_w, s_h, s_hh = gram
+    hg = np.einsum("jw,jw->j", wh, g)
+    one = np.einsum("jw,jw->j", w, g)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        det = s_w * s_hh - s_h * s_h
+        inside = (hg * (s_w * hg - s_h * one) + one * (s_hh * one - s_h * hg)) / det
+        norm = np.einsum("jw,jw->j", w * g, g_same) - inside
+    return norm, np.einsum("jw,jw->j", wr, g), hg, one
 
 
 def _refine(
-    theta: np.ndarray, fam: np.ndarray, y: np.ndarray, w: np.ndarray, mask: np.ndarray,
-    valid_n: np.ndarray, steps: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Batched Levenberg-Marquardt on ``(A, d, p1, p2)`` from the grid's best point."""
+    p1: np.ndarray, p2: np.ndarray, sub: bool, y: np.ndarray, w: np.ndarray, valid: np.ndarray,
+    free2: np.ndarray, steps: int,
+) -> tuple[np.ndarray, ...]:
+    """Batched variable-projection Gauss-Newton (Levenberg-Marquardt damped) on the nonlinear
+    parameters of one family's jobs; the amplitude and offset are always the exact weighted
+    least-squares optimum for the current shape.
+
+    Returns ``(p1, p2, amp, off, sse)``. Bounds: sublinear ``p1, p2 >= 0`` (``p2`` stays 0
+    unless ``free2``); linear ``1e-5 <= p1 <= 5``.
+    """
     jobs, window = y.shape
-    u = np.where(mask, np.arange(-(window - 1), 1, dtype=np.float64)[None, :], 0.0)
-    sw = np.sqrt(w)
-    sub = fam == FAMILY_SUBLINEAR
-    hi1 = np.where(sub, 0.999 / np.maximum(valid_n - 1.0, 1e-3), 5.0)
-    lo1 = np.where(sub, 0.0, 1e-5)
-    free2 = sub & (valid_n >= MIN_FULL_POINTS)
-    hi2 = np.where(free2, hi1, 0.0)
-    lam = np.full(jobs, 1e-2)
-    res, h = _residuals(theta, fam, u, sw, y)
-    sse = (res * res).sum(axis=1)
-    eye = np.eye(4)[None, :, :]
+    u = np.arange(-(window - 1), 1, dtype=np.float64)[None, :]
+    wy = w * y
+    s_w = w.sum(axis=1)
+    s_y = wy.sum(axis=1)
+    s_yy = np.einsum("jw,jw->j", wy, y)
+    args = (sub, u, w, wy, s_w, s_y, s_yy, valid)
+    h, amp, off, sse, dh1, dh2 = _project(p1, p2, *args)
+    lam = np.full(jobs, 1e-3)
+    two = sub & free2
     for _ in range(steps):
-        a = theta[:, 0:1]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            q1 = 1.0 + theta[:, 2:3] * u
-            q2 = 1.0 + theta[:, 3:4] * u
-            d1 = np.where(sub[:, None], -u * h / q1, -u * h)
-            d2 = np.where(free2[:, None], -u * h / q2, 0.0)
-        cols = np.stack([sw * h, sw, sw * a * d1, sw * a * d2], axis=2)
-        cols = np.nan_to_num(cols, nan=0.0, posinf=0.0, neginf=0.0)
-        jtj = np.einsum("jwa,jwb->jab", cols, cols)
-        grad = np.einsum("jwa,jw->ja", cols, res)
-        diag = np.einsum("jaa->ja", jtj)
-        ridge = lam[:, None] * diag + 1e-12 * (diag.max(axis=1, keepdims=True) + 1e-30)
-        damp = jtj + ridge[:, :, None] * eye
-        try:
-            step = np.linalg.solve(damp, -grad[:, :, None])[:, :, 0]
-        except np.linalg.LinAlgError:
-            break
-        trial = theta + np.nan_to_num(step, nan=0.0, posinf=0.0, neginf=0.0)
-        trial[:, 0] = np.maximum(trial[:, 0], 0.0)
-        trial[:, 2] = np.clip(trial[:, 2], lo1, hi1)
-        trial[:, 3] = np.clip(trial[:, 3], 0.0, hi2)
-        t_res, t_h = _residuals(trial, fam, u, sw, y)
-        t_sse = (t_res * t_res).sum(axis=1)
-        ok = np.isfinite(t_sse) & (t_sse < sse)
-        theta = np.where(ok[:, None], trial, theta)
-        res = np.where(ok[:, None], t_res, res)
-        h = np.where(ok[:, None], t_h, h)
-        sse = np.where(ok, t_sse, sse)
-        lam = np.where(ok, lam * 0.3, lam * 5.0)
-    return theta, sse
+        # Kaufman's Jacobian: derivative columns with their part in span{h, 1} removed
+        wh = w * h
+        s_h = wh.sum(axis=1)
+        gram = (s_w, s_h, np.einsum("jw,jw->j", wh, h))
+        wr = w * (amp[:, None] * h + off[:, None] - y)
+        g1 = amp[:, None] * dh1
+        m11, r1, hg1, one1 = _kaufman(g1, g1, w, wh, wr, gram)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if sub:
+                g2 = amp[:, None] * dh2 * two[:, None]
+                m22, r2, hg2, one2 = _kaufman(g2, g2, w, wh, wr, gram)
+                det = gram[0] * gram[2] - s_h * s_h
+                m12 = np.einsum("jw,jw->j", w * g1, g2) - (
+                    hg1 * (gram[0] * hg2 - s_h * one2) + one1 * (gram[2] * one2 - s_h * hg2)) / det
+                a11 = m11 * (1.0 + lam) + 1e-300
+                a22 = m22 * (1.0 + lam) + 1e-300
+                dt = a11 * a22 - m12 * m12
+                d1 = -(a22 * r1 - m12 * r2) / dt
+                d2 = np.where(two, -(a11 * r2 - m12 * r1) / dt, 0.0)
+            else:
+                d1 = -r1 / (m11 * (1.0 + lam) + 1e-300)
+                d2 = np.zeros(jobs)
+        d1 = np.nan_to_num(d1, nan=0.0, posinf=0.0, neginf=0.0)
+        d2 = np.nan_to_num(d2, nan=0.0, posinf=0.0, neginf=0.0)
+        if sub:
+            t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
+        else:
+            t1, t2 = np.clip(p1 + d1, 1e-5, 5.0), p2
+        t_h, t_amp, t_off, t_sse, t_dh1, t_dh2 = _project(t1, t2, *args)
+        better = t_sse < sse
+        b = better[:, None]
+        p1, p2 = np.where(better, t1, p1), np.where(better, t2, p2)
+        amp, off = np.where(better, t_amp, amp), np.where(better, t_off, off)
+        sse = np.where(better, t_sse, sse)
+        h, dh1, dh2 = np.where(b, t_h, h), np.where(b, t_dh1, dh1), np.where(b, t_dh2, dh2)
+        lam = np.where(better, lam * 0.3, lam * 10.0)
+    return p1, p2, amp, off, sse
 
 
 def fit_windows(
@@ -384,6 +446,12 @@ def fit_windows(
     n = np.asarray(n)
     max_drop = np.asarray(max_drop, dtype=np.float64)
     classes = np.asarray(classes)
+    # the loss of the initial model (iteration 0) is often atypical (e.g. hinge loss 1 at w = 0)
+    first = window - n
+    drop = np.flatnonzero((n > SKIP_INITIAL_AFTER) & (first >= 0))
+    if drop.size:
+        mask = mask.copy()
+        mask[drop, first[drop]] = False
     valid_n = mask.sum(axis=1)
     last = np.where(mask[:, -1], values[:, -1], 0.0) if window else np.zeros(jobs)
     big = np.where(mask, values, -np.inf).max(axis=1, initial=-np.inf)
@@ -396,15 +464,29 @@ def fit_windows(
     w = np.where(mask, np.exp(-age / max(decay, 1e-6))[None, :], 0.0)
     y = np.where(mask, (values - last[:, None]) / scale[:, None], 0.0)
 
-    fam, p1, p2, amp, off, sse = _coarse(y, w, valid_n, classes)
+    unknown = classes == 0
+    fam = np.where(unknown, FAMILY_SUBLINEAR, classes).astype(np.int8)
+    amp, off, p1, p2 = np.zeros(jobs), np.zeros(jobs), np.zeros(jobs), np.zeros(jobs)
+    sse = np.full(jobs, np.inf)
+    # one pass per family; an unknown class is fitted as both and linear must fit clearly better
+    for family, members in ((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
+                            (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown)):
+        idx = np.flatnonzero(members & fit_ok)
+        if not idx.size:
+            continue
+        sub = family == FAMILY_SUBLINEAR
+        f_p1, f_p2, f_amp, f_off, f_sse = _coarse(y[idx], w[idx], valid_n[idx], family)
+        fin = np.isfinite(f_sse)
+        if steps > 0 and fin.any():
+            sel = idx[fin]
+            f_p1[fin], f_p2[fin], f_amp[fin], f_off[fin], f_sse[fin] = _refine(
+                f_p1[fin], f_p2[fin], sub, y[sel], w[sel], mask[sel], valid_n[sel] >= MIN_FULL_POINTS, steps
+            )
+        take = np.ones(idx.size, bool) if sub else ~unknown[idx] | (f_sse < UNKNOWN_LINEAR_MARGIN * sse[idx])
+        t = idx[take]
+        amp[t], off[t], p1[t], p2[t], sse[t] = f_amp[take], f_off[take], f_p1[take], f_p2[take], f_sse[take]
+        fam[t] = family
     found = fit_ok & np.isfinite(sse)
-    idx = np.flatnonzero(found)
-    if idx.size and steps > 0:
-        theta = np.stack([amp[idx], off[idx], p1[idx], p2[idx]], axis=1)
-        theta, sse_ref = _refine(theta, fam[idx], y[idx], w[idx], mask[idx], valid_n[idx], steps)
-        amp, off, p1, p2, sse = (a.copy() for a in (amp, off, p1, p2, sse))
-        amp[idx], off[idx], p1[idx], p2[idx] = theta.T
-        sse[idx] = sse_ref
     found &= amp > 0
     family = np.where(found, fam, FAMILY_FLAT)
     family = np.where(valid_n < MIN_FIT_POINTS, FAMILY_PRIOR, family)

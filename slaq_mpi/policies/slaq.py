@@ -1,0 +1,344 @@
+"""SLAQ: give cores to the jobs whose normalized loss would drop the most next epoch.
+
+Per decision (a pure function of the snapshot; caches only save work):
+
+1. normalize and fit every job's loss history together (:mod:`slaq_mpi.predict`);
+2. fit every job's seconds per iteration vs. cores (:mod:`slaq_mpi.throughput`);
+3. predicted normalized reduction of job ``j`` on ``a`` cores over the epoch ``T``:
+   ``f_j(k) - f_j(k + T / t_j(a))`` (iterations capped by the job's remaining budget);
+4. greedy: one core per job, then one core at a time to the largest marginal reduction.
+
+The greedy is computed as an exact top-K selection of marginal gains: with concave gains
+(marginals made non-increasing) the greedy's choice is the K largest marginals, ties broken by
+job id, so each job's gains are only evaluated to the depth it can possibly reach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from slaq_mpi.predict import (
+    DEFAULT_DECAY,
+    DEFAULT_WINDOW,
+    CurveFit,
+    class_codes,
+    fit_windows,
+    max_drops,
+    tail_windows,
+)
+from slaq_mpi.snapshot import ClusterSnapshot
+from slaq_mpi.throughput import MAX_OBSERVATIONS, SERIAL_FRACTION, ThroughputModel, fit_throughput_flat
+
+__all__ = ["Forecast", "GainFn", "SlaqPolicy", "allocate_by_gain", "greedy_allocate", "water_fill"]
+
+GainFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""``gain(rows, cores) -> gains``: rows ``(R,)`` job indices, cores ``(R, K)``, gains ``(R, K)``."""
+
+
+# --- the greedy core ----------------------------------------------------------------------
+
+
+def water_fill(alloc: np.ndarray, limits: np.ndarray, extra: int) -> np.ndarray:
+    """Add up to ``extra`` cores, raising the smallest allocations first, never above ``limits``.
+
+    Ties (equal allocations at the last level) go to lower indices. Returns a new array.
+    """
+    alloc = np.asarray(alloc, dtype=np.int64).copy()
+    limits = np.maximum(np.asarray(limits, dtype=np.int64), alloc)
+    room = int((limits - alloc).sum())
+    if extra <= 0 or room <= 0:
+        return alloc
+    if extra >= room:
+        return limits.copy()
+    lo, hi = int(alloc.min()), int(limits.max())
+    while lo < hi:  # the highest level whose fill fits in extra
+        mid = (lo + hi + 1) // 2
+        if int((np.clip(mid, alloc, limits) - alloc).sum()) <= extra:
+            lo = mid
+        else:
+            hi = mid - 1
+    filled = np.clip(lo, alloc, limits)
+    left = extra - int((filled - alloc).sum())
+    if left > 0:
+        can = np.flatnonzero(filled < limits)  # all at level lo: one more each, by index
+        filled[can[:left]] += 1
+    return filled
+
+
+def allocate_by_gain(
+    gain: GainFn,
+    caps: np.ndarray,
+    capacity: int,
+    spread_caps: np.ndarray | None = None,
+    min_gain: float = 1e-12,
+) -> np.ndarray:
+    """SLAQ's greedy for jobs that all start with one core (needs ``capacity >= len(caps)``).
+
+    Repeatedly gives one core to the job of largest marginal gain ``gain(j, a) - gain(j, a-1)``
+    (marginals are made non-increasing, i.e. gains concave, before choosing; ties go to the
+    lower index) while that gain exceeds ``min_gain`` and cores remain; then spreads leftover
+    cores evenly up to ``spread_caps`` (default ``caps``): work-conserving.
+
+    Exact top-K selection with lazy evaluation: each job's marginals are computed in chunks,
+    a job's next chunk only when all of its computed marginals were chosen.
+    """
+    caps = np.maximum(np.asarray(caps, dtype=np.int64), 1)
+    jobs = caps.shape[0]
+    if capacity < jobs:
+        raise ValueError(f"capacity {capacity} < jobs {jobs}: choose the admitted jobs first")
+    alloc = np.ones(jobs, dtype=np.int64)
+    extra = capacity - jobs
+    if jobs == 0 or extra == 0:
+        return alloc
+    rows_all = np.arange(jobs)
+    last_gain = np.asarray(gain(rows_all, np.ones((jobs, 1)))[:, 0], dtype=np.float64)
+    last_marg = np.full(jobs, np.inf)
+    depth = np.zeros(jobs, dtype=np.int64)  # marginals computed: cores 2 .. depth + 1
+    vals: list[np.ndarray] = []
+    owners: list[np.ndarray] = []
+    cores: list[np.ndarray] = []
+    chunk = np.minimum(caps - 1, max(4, -(-2 * extra // jobs)))
+    todo = np.flatnonzero(chunk > 0)
+    chosen = np.zeros(jobs, dtype=np.int64)
+    while todo.size:
+        width = int(chunk[todo].max())
+        a = depth[todo, None] + 2 + np.arange(width)[None, :]
+        valid = a <= np.minimum(caps[todo], depth[todo] + 1 + chunk[todo])[:, None]
+        g = np.asarray(gain(todo, np.minimum(a, caps[todo, None]).astype(np.float64)), dtype=np.float64)
+        g = np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+        marg = np.diff(np.concatenate([last_gain[todo, None], g], axis=1), axis=1)
+        marg = np.minimum.accumulate(np.concatenate([last_marg[todo, None], marg], axis=1), axis=1)[:, 1:]
+        marg = np.where(valid, marg, -np.inf)
+        n_new = valid.sum(axis=1)
+        last_gain[todo] = g[np.arange(todo.size), n_new - 1]
+        last_marg[todo] = marg[np.arange(todo.size), n_new - 1]
+        depth[todo] += n_new
+        vals.append(marg[valid])
+        owners.append(np.broadcast_to(todo[:, None], a.shape)[valid])
+        cores.append(a[valid])
+        v, o, c = (np.concatenate(x) for x in (vals, owners, cores))
+        pick = _top(v, o, c, extra, min_gain)
+        chosen = np.bincount(o[pick], minlength=jobs)
+        saturated = (chosen == depth) & (depth < caps - 1) & (last_marg > min_gain)
+        todo = np.flatnonzero(saturated)
+        chunk = np.minimum(caps - 1 - depth, np.maximum(depth, 4))
+    alloc += chosen
+    left = extra - int(chosen.sum())
+    if left > 0:
+        limits = caps if spread_caps is None else np.clip(spread_caps, 1, caps)
+        alloc = water_fill(alloc, limits, left)
+    return alloc
+
+
+def _top(vals: np.ndarray, owners: np.ndarray, cores: np.ndarray, k: int, min_gain: float) -> np.ndarray:
+    """Indices of the ``k`` largest ``vals`` above ``min_gain``; ties by (owner, cores)."""
+    positive = np.flatnonzero(vals > min_gain)
+    if positive.size <= k:
+        return positive
+    v = vals[positive]
+    thr = np.partition(v, v.size - k)[v.size - k]
+    above = positive[v > thr]
+    at = positive[v == thr]
+    at = at[np.lexsort((cores[at], owners[at]))][: k - above.size]
+    return np.concatenate([above, at])
+
+
+def greedy_allocate(gains_table: np.ndarray, caps: np.ndarray | None, capacity: int) -> np.ndarray:
+    """SLAQ's greedy on an explicit gain table (for tests and small problems).
+
+    Args:
+        gains_table: ``(jobs, A)``; ``gains_table[j, a - 1]`` is job ``j``'s gain on ``a`` cores.
+        caps: per-job max cores (default ``A``), clipped to ``[1, A]``.
+        capacity: cores available.
+
+    With ``capacity >= jobs`` every job gets one core and the rest go greedily by marginal gain
+    (see :func:`allocate_by_gain`); otherwise the ``capacity`` jobs of largest one-core gain
+    (ties: lower index) get one core each. Returns cores per job.
+    """
+    table = np.nan_to_num(np.asarray(gains_table, dtype=np.float64), nan=0.0)
+    jobs, width = table.shape
+    caps_arr = np.full(jobs, width) if caps is None else np.clip(np.asarray(caps), 1, width)
+    if capacity < jobs:
+        alloc = np.zeros(jobs, dtype=np.int64)
+        order = np.lexsort((np.arange(jobs), -table[:, 0]))
+        alloc[order[: max(capacity, 0)]] = 1
+        return alloc
+    marg = np.diff(table, axis=1)
+    harmful = np.minimum.accumulate(marg, axis=1) < -1e-12
+    first_bad = np.where(harmful.any(axis=1), harmful.argmax(axis=1) + 1, width)
+
+    def gain(rows: np.ndarray, a: np.ndarray) -> np.ndarray:
+        return table[rows[:, None], np.clip(a.astype(np.int64), 1, width) - 1]
+
+    return allocate_by_gain(gain, caps_arr, capacity, spread_caps=np.minimum(first_bad, caps_arr))
+
+
+# --- the forecast ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Every active job's predicted normalized loss reduction as a function of cores.
+
+    Row ``i`` is job ``job_ids[i]`` (sorted by job id).
+
+    Attributes:
+        job_ids: the jobs, sorted.
+        curves: fitted loss curves (:class:`~slaq_mpi.predict.CurveFit`).
+        speed: fitted seconds per iteration (:class:`~slaq_mpi.throughput.ThroughputModel`).
+        remaining: iterations each job may still run (``inf`` without a budget).
+        caps: most cores each job may hold (``min(max_cores, capacity)``, at least 1).
+        epoch_seconds: the horizon ``T``.
+    """
+
+    job_ids: tuple[str, ...]
+    curves: CurveFit
+    speed: ThroughputModel
+    remaining: np.ndarray
+    caps: np.ndarray
+    epoch_seconds: float
+
+    def iterations(self, cores: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Iterations each job runs in one epoch on ``cores`` (``(J,)`` or ``(J, K)``)."""
+        speed = self.speed if rows is None else self.speed.take(rows)
+        rem = self.remaining if rows is None else self.remaining[rows]
+        it = speed.iterations(self.epoch_seconds, cores)
+        return np.minimum(it, rem[:, None] if it.ndim > 1 else rem)
+
+    def reduction(self, cores: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Predicted normalized loss reduction over the next epoch on ``cores`` per job.
+
+        ``cores`` has shape ``(J,)`` or ``(J, K)`` (K candidate core counts per job), or
+        ``(R,)``/``(R, K)`` with ``rows`` selecting R jobs. 0 cores give 0.
+        """
+        cores = np.asarray(cores, dtype=np.float64)
+        curves = self.curves if rows is None else self.curves.take(rows)
+        red = curves.reduction(self.iterations(np.maximum(cores, 1.0), rows))
+        return np.where(cores >= 1, red, 0.0)
+
+    def useful_cores(self) -> np.ndarray:
+        """Per job, the most cores that still speed it up (capped by ``caps``)."""
+        return np.minimum(np.floor(self.speed.best_cores() + 1e-9), self.caps).astype(np.int64)
+
+
+# --- the policy -----------------------------------------------------------------------------
+
+
+class SlaqPolicy:
+    """Quality-driven allocation (SLAQ, SoCC 2017): maximize the predicted total normalized
+    loss reduction of the next epoch.
+
+    Args:
+        window: most recent losses fitted per job.
+        decay: e-folding length (iterations) of the fit's exponentially decaying weights.
+        prior_seconds: single-core seconds per iteration assumed for a job with no throughput
+            observation when no other job has one either (else the median of the others).
+        reserve_fraction: when jobs outnumber cores, this share of the cores (at least one)
+            goes to the jobs with the least attained core-seconds, so no job waits forever;
+            the rest go to the largest predicted one-core reductions.
+        min_gain: marginal normalized reductions at or below this count as none.
+    """
+
+    name = "slaq"
+
+    def __init__(
+        self,
+        window: int = DEFAULT_WINDOW,
+        decay: float = DEFAULT_DECAY,
+        prior_seconds: float = 1.0,
+        reserve_fraction: float = 0.25,
+        min_gain: float = 1e-9,
+    ) -> None:
+        if window < 3 or decay <= 0 or prior_seconds <= 0 or not 0 <= reserve_fraction <= 1:
+            raise ValueError("need window >= 3, decay > 0, prior_seconds > 0, 0 <= reserve_fraction <= 1")
+        self.window = int(window)
+        self.decay = float(decay)
+        self.prior_seconds = float(prior_seconds)
+        self.reserve_fraction = float(reserve_fraction)
+        self.min_gain = float(min_gain)
+        # job id -> (losses seen, last loss, largest drop): an exact, validated work saver
+        self._drops: dict[str, tuple[int, float, float]] = {}
+
+    def _max_drops(self, jobs: list, histories: list) -> np.ndarray:
+        start = np.zeros(len(jobs), dtype=np.int64)
+        prev = np.zeros(len(jobs))
+        cache = self._drops
+        for i, (job, h) in enumerate(zip(jobs, histories, strict=True)):
+            hit = cache.get(job.job_id)
+            if hit is not None and 0 < hit[0] <= len(h) and h[hit[0] - 1] == hit[1]:
+                start[i], prev[i] = hit[0], hit[2]
+        drops = max_drops(histories, start, prev)
+        self._drops = {
+            job.job_id: (len(h), h[-1], float(d))
+            for job, h, d in zip(jobs, histories, drops.tolist(), strict=True)
+            if len(h)
+        }
+        return drops
+
+    def forecast(self, snapshot: ClusterSnapshot) -> Forecast:
+        """Fit every active job of ``snapshot``: the predicted reductions the greedy uses."""
+        jobs = sorted(snapshot.jobs, key=lambda j: j.job_id)
+        count = len(jobs)
+        histories = [j.losses for j in jobs]
+        values, mask, n = tail_windows(histories, self.window)
+        drops = self._max_drops(jobs, histories)
+        codes = class_codes([j.convergence for j in jobs])
+        curves = fit_windows(values, mask, n, drops, codes, self.decay)
+
+        recent = [j.throughput[-MAX_OBSERVATIONS:] for j in jobs]
+        obs = np.fromiter((len(o) for o in recent), dtype=np.int64, count=count)
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(recent)), dtype=np.float64,
+                           count=2 * int(obs.sum()))
+        owner = np.repeat(np.arange(count), obs)
+        speed = fit_throughput_flat(owner, flat[0::2], flat[1::2], count, self.prior_seconds)
+        seen = speed.observed > 0
+        if seen.any() and not seen.all():
+            t1 = float(np.median(speed.seconds(np.ones(count))[seen]))
+            speed = ThroughputModel(
+                alpha=np.where(seen, speed.alpha, (1.0 - SERIAL_FRACTION) * t1),
+                beta=np.where(seen, speed.beta, SERIAL_FRACTION * t1),
+                gamma=np.where(seen, speed.gamma, 0.0),
+                observed=speed.observed,
+            )
+        budget = np.array([np.inf if j.max_iterations is None else j.max_iterations for j in jobs],
+                          dtype=np.float64)
+        remaining = np.maximum(budget - n, 0.0)
+        caps = np.array([max(1, min(j.max_cores, snapshot.capacity)) for j in jobs], dtype=np.int64)
+        return Forecast(tuple(j.job_id for j in jobs), curves, speed, remaining, caps,
+                        float(snapshot.epoch_seconds))
+
+    def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
+        """Cores per job id for the next epoch (sum <= capacity; each <= its max cores)."""
+        if not snapshot.jobs or snapshot.capacity <= 0:
+            return {j.job_id: 0 for j in snapshot.jobs}
+        fc = self.forecast(snapshot)
+        count = len(fc.job_ids)
+        capacity = int(snapshot.capacity)
+        if capacity < count:
+            return self._admit(snapshot, fc, capacity)
+
+        def gain(rows: np.ndarray, cores: np.ndarray) -> np.ndarray:
+            return fc.reduction(cores, rows)
+
+        alloc = allocate_by_gain(gain, fc.caps, capacity, fc.useful_cores(), self.min_gain)
+        return dict(zip(fc.job_ids, alloc.tolist(), strict=True))
+
+    def _admit(self, snapshot: ClusterSnapshot, fc: Forecast, capacity: int) -> dict[str, int]:
+        """Fewer cores than jobs: one core each for a reserved least-served share, then the
+        largest predicted one-core reductions (ties by job id)."""
+        by_id = {j.job_id: j for j in snapshot.jobs}
+        jobs = [by_id[i] for i in fc.job_ids]
+        reserve = min(capacity, max(1, int(capacity * self.reserve_fraction)))
+        served = sorted(range(len(jobs)),
+                        key=lambda i: (jobs[i].attained_core_seconds, jobs[i].arrival, jobs[i].job_id))
+        chosen = set(served[:reserve])
+        one = fc.reduction(np.ones(len(jobs)))
+        for i in np.lexsort((np.arange(len(jobs)), -one)).tolist():
+            if len(chosen) >= capacity:
+                break
+            chosen.add(i)
+        return {jid: int(i in chosen) for i, jid in enumerate(fc.job_ids)}

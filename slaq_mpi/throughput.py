@@ -1,0 +1,162 @@
+"""Seconds per iteration as a function of cores, fitted per job (vectorized across jobs).
+
+Model: ``t(a) = alpha / a + beta + gamma * log2(a)`` with ``alpha, beta, gamma >= 0``:
+parallel work, serial work, and the cost of a tree allreduce over ``a`` ranks.
+
+Every job's fit is a weighted least-squares problem (relative errors) regularized by
+pseudo-observations of a *prior* model that scales near-linearly, with a small serial
+fraction, through the job's own observations (``t(a) = t1 * ((1 - s) / a + s)``). So:
+
+* no observation: the prior with ``t1 = prior_seconds`` (e.g. the cluster's typical job);
+* one core count: the prior through that point (near-linear scaling from it);
+* two core counts: the data fix ``t`` there; the prior decides the rest;
+* three or more: the data dominate.
+
+Negative coefficients are pinned to 0 and the system re-solved; nothing returns NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+__all__ = ["SERIAL_FRACTION", "ThroughputModel", "fit_throughput", "fit_throughput_flat"]
+
+SERIAL_FRACTION = 0.05
+PRIOR_WEIGHT = 0.02  # total weight of the prior's pseudo-observations vs. 1 per observation
+_PRIOR_CORES = 2.0 ** np.arange(0, 15)
+MAX_OBSERVATIONS = 64  # only the most recent observations of a job are fitted
+
+
+def _features(cores: np.ndarray) -> np.ndarray:
+    a = np.maximum(np.asarray(cores, dtype=np.float64), 1.0)
+    return np.stack([1.0 / a, np.ones_like(a), np.log2(a)], axis=-1)
+
+
+@dataclass(frozen=True)
+class ThroughputModel:
+    """Fitted ``t(a) = alpha / a + beta + gamma * log2(a)`` per job (arrays of shape (jobs,)).
+
+    Attributes:
+        alpha, beta, gamma: the coefficients (seconds), all >= 0, ``alpha + beta > 0``.
+        observed: how many (cores, seconds) observations each fit used.
+    """
+
+    alpha: np.ndarray
+    beta: np.ndarray
+    gamma: np.ndarray
+    observed: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.alpha.shape[0])
+
+    def take(self, rows: np.ndarray) -> ThroughputModel:
+        """The models of the jobs ``rows`` (an index array), in that order."""
+        return ThroughputModel(self.alpha[rows], self.beta[rows], self.gamma[rows], self.observed[rows])
+
+    def seconds(self, cores: np.ndarray | float) -> np.ndarray:
+        """Seconds per iteration on ``cores`` (shape ``(jobs,)`` or ``(jobs, K)``)."""
+        a = np.maximum(np.asarray(cores, dtype=np.float64), 1.0)
+        if a.ndim > 1:
+            al, be, ga = self.alpha[:, None], self.beta[:, None], self.gamma[:, None]
+        else:
+            al, be, ga = self.alpha, self.beta, self.gamma
+        return al / a + be + ga * np.log2(a)
+
+    def iterations(self, seconds: float, cores: np.ndarray | float) -> np.ndarray:
+        """Iterations run in ``seconds`` of wall time on ``cores`` (fractional)."""
+        return seconds / self.seconds(cores)
+
+    def best_cores(self) -> np.ndarray:
+        """The core count (float, >= 1) of least seconds per iteration: ``alpha ln2 / gamma``."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            best = np.where(self.gamma > 0, self.alpha * np.log(2.0) / self.gamma, np.inf)
+        return np.maximum(best, 1.0)
+
+
+def _prior_gram() -> np.ndarray:
+    """Sum over the prior's core counts of ``phi phi^T / t_prior^2`` (for ``t1 = 1``)."""
+    phi = _features(_PRIOR_CORES)
+    t = (1.0 - SERIAL_FRACTION) / _PRIOR_CORES + SERIAL_FRACTION
+    wts = PRIOR_WEIGHT / len(_PRIOR_CORES) / t**2
+    return np.einsum("k,ka,kb->ab", wts, phi, phi)
+
+
+_PRIOR_GRAM = _prior_gram()
+_PRIOR_THETA = np.array([1.0 - SERIAL_FRACTION, SERIAL_FRACTION, 0.0])
+
+
+def fit_throughput_flat(
+    job: np.ndarray, cores: np.ndarray, seconds: np.ndarray, jobs: int,
+    prior_seconds: float | np.ndarray = 1.0,
+) -> ThroughputModel:
+    """Fit from flat observation arrays: observation ``i`` is ``(cores[i], seconds[i])`` of job
+    ``job[i]`` (``0 <= job[i] < jobs``). Non-finite or non-positive observations are ignored.
+
+    Args:
+        prior_seconds: single-core seconds per iteration assumed for jobs without observations
+            (scalar or per job).
+    """
+    job = np.asarray(job, dtype=np.int64)
+    a = np.asarray(cores, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(t) & (a >= 1) & (t > 0)
+    job, a, t = job[keep], a[keep], t[keep]
+    count = np.bincount(job, minlength=jobs).astype(np.float64)
+    prior_t1 = np.broadcast_to(np.asarray(prior_seconds, dtype=np.float64), (jobs,))
+    prior_t1 = np.where(np.isfinite(prior_t1) & (prior_t1 > 0), prior_t1, 1.0)
+    # per-job single-core scale from the near-linear prior through each observation
+    shape = (1.0 - SERIAL_FRACTION) / a + SERIAL_FRACTION
+    log_t1 = np.bincount(job, weights=np.log(t / shape), minlength=jobs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t1 = np.where(count > 0, np.exp(log_t1 / np.maximum(count, 1.0)), prior_t1)
+    # relative-error weighted normal equations, in units of t1
+    phi = _features(a)
+    ts = t / t1[job]
+    wts = 1.0 / np.maximum(ts, 1e-12) ** 2
+    gram = np.zeros((jobs, 3, 3))
+    rhs = np.zeros((jobs, 3))
+    for i in range(3):
+        rhs[:, i] = np.bincount(job, weights=wts * phi[:, i] * ts, minlength=jobs)
+        for k in range(i, 3):
+            gram[:, i, k] = gram[:, k, i] = np.bincount(job, weights=wts * phi[:, i] * phi[:, k],
+                                                        minlength=jobs)
+    # the prior settles what 0-2 distinct core counts leave open; with 3+ the data decide
+    pairs = np.unique(job * 2**32 + a.astype(np.int64))
+    distinct = np.bincount(pairs // 2**32, minlength=jobs)
+    scale = (np.maximum(count, 1.0) * np.where(distinct >= 3, 1e-3, 1.0))[:, None, None]
+    gram = gram + _PRIOR_GRAM[None] * scale
+    rhs = rhs + (_PRIOR_GRAM @ _PRIOR_THETA)[None] * scale[:, :, 0]
+    pinned = np.zeros((jobs, 3), dtype=bool)
+    theta = np.tile(_PRIOR_THETA, (jobs, 1))
+    stiff = 1e9 * np.maximum(count, 1.0)[:, None, None]
+    for _ in range(4):
+        g = gram + np.eye(3)[None] * (stiff * pinned[:, :, None] + 1e-12)
+        theta = np.linalg.solve(g, (rhs * ~pinned)[:, :, None])[:, :, 0]
+        theta = np.nan_to_num(theta, nan=0.0, posinf=0.0, neginf=0.0)
+        neg = theta < -1e-12
+        if not neg.any():
+            break
+        pinned |= neg
+    theta = np.maximum(theta, 0.0)
+    theta[:, 1] = np.maximum(theta[:, 1], 1e-6)  # t(a) > 0 for every a
+    return ThroughputModel(
+        alpha=theta[:, 0] * t1, beta=theta[:, 1] * t1, gamma=theta[:, 2] * t1, observed=count
+    )
+
+
+def fit_throughput(
+    observations: Sequence[Sequence[tuple[int, float]]], prior_seconds: float | np.ndarray = 1.0
+) -> ThroughputModel:
+    """Fit every job's ``(cores, seconds_per_iteration)`` observations (its last
+    ``MAX_OBSERVATIONS``); jobs without any get the prior with ``prior_seconds`` on 1 core."""
+    jobs = len(observations)
+    recent = [obs[-MAX_OBSERVATIONS:] for obs in observations]
+    counts = np.fromiter((len(o) for o in recent), dtype=np.int64, count=jobs)
+    flat = np.fromiter(chain.from_iterable(chain.from_iterable(recent)), dtype=np.float64,
+                       count=2 * int(counts.sum()))
+    job = np.repeat(np.arange(jobs), counts)
+    return fit_throughput_flat(job, flat[0::2], flat[1::2], jobs, prior_seconds)

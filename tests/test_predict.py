@@ -1,0 +1,209 @@
+"""Loss normalization and batched curve fitting (slaq_mpi.predict); no MPI."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slaq_mpi.predict import (
+    FAMILY_FLAT,
+    FAMILY_LINEAR,
+    FAMILY_PRIOR,
+    FAMILY_SUBLINEAR,
+    fit_curves,
+    history_windows,
+    max_drops,
+    normalize_drops,
+    prior_reduction,
+    tail_windows,
+)
+
+
+def sublinear(k: np.ndarray, a: float = 0.002, b: float = 0.3, c: float = 1.0, d: float = 0.2) -> np.ndarray:
+    return 1.0 / (a * k**2 + b * k + c) + d
+
+
+def linear(k: np.ndarray, mu: float = 0.9, b: float = 2.0, c: float = 0.5) -> np.ndarray:
+    return mu ** (k - b) + c
+
+
+# --- normalization ----------------------------------------------------------------------------
+
+
+def test_normalize_drops_divides_by_largest_drop_so_far() -> None:
+    out = normalize_drops([10.0, 8.0, 7.0, 3.0, 2.0, 2.5])
+    # drops 2, 1, 4, 1, -0.5; running max 2, 2, 4, 4, 4
+    np.testing.assert_allclose(out, [1.0, 0.5, 1.0, 0.25, -0.125])
+
+
+def test_normalize_drops_degenerate() -> None:
+    assert normalize_drops([]).shape == (0,)
+    assert normalize_drops([1.0]).shape == (0,)
+    out = normalize_drops([1.0, 1.0, 2.0, float("nan"), 0.5])
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out[:2], [0.0, 0.0])  # no positive drop yet: 0
+
+
+def test_max_drops_incremental_equals_full() -> None:
+    rng = np.random.default_rng(1)
+    hist = [np.cumsum(-rng.random(n)) + rng.normal(0, 0.3, n) for n in (0, 1, 2, 7, 40)]
+    full = max_drops(hist)
+    for i, h in enumerate(hist):
+        d = np.diff(h)
+        assert full[i] == pytest.approx(max(0.0, -d.min()) if d.size else 0.0)
+    start = np.array([0, 1, 1, 3, 20])
+    part = max_drops([h[: s] for h, s in zip(hist, start, strict=True)])
+    np.testing.assert_allclose(max_drops(hist, start, part), full)
+
+
+def test_tail_windows_right_aligned_and_masked() -> None:
+    values, mask, n = tail_windows([[1.0, 2.0], list(range(10)), [], [1.0, float("inf"), 3.0]], 4)
+    np.testing.assert_array_equal(n, [2, 10, 0, 3])
+    np.testing.assert_array_equal(mask[0], [False, False, True, True])
+    np.testing.assert_array_equal(values[1], [6, 7, 8, 9])
+    assert not mask[2].any()
+    np.testing.assert_array_equal(mask[3], [False, True, False, True])
+
+
+def test_prior_is_optimistic_and_concave() -> None:
+    m = np.arange(0, 50, dtype=float)
+    r = prior_reduction(0, m)
+    assert r[1] > 0.8  # the first iteration of a new job: about one max-drop
+    assert np.all(np.diff(r) > 0) and np.all(np.diff(r, 2) < 0)
+    assert prior_reduction(100, 10) < prior_reduction(0, 10) / 10
+
+
+# --- recovery of known curves -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params", [(0.002, 0.3, 1.0, 0.2), (0.0, 0.5, 1.0, 1.0), (0.05, 0.01, 0.5, -3.0)])
+@pytest.mark.parametrize("n", [8, 30, 120])
+def test_sublinear_curve_prediction(params: tuple[float, float, float, float], n: int) -> None:
+    k = np.arange(n + 60, dtype=float)
+    curve = sublinear(k, *params)
+    fit = fit_curves([curve[:n]], ["sublinear"])
+    assert fit.family[0] == FAMILY_SUBLINEAR
+    total = curve[0] - curve[-1]
+    for ahead in (1, 10, 50):
+        err = abs(fit.predict_loss(float(ahead))[0] - curve[n - 1 + ahead]) / total
+        assert err < 2e-3, (ahead, err)
+
+
+@pytest.mark.parametrize("mu", [0.5, 0.8, 0.97])
+@pytest.mark.parametrize("n", [6, 40])
+def test_linear_curve_recovers_rate(mu: float, n: int) -> None:
+    k = np.arange(n + 30, dtype=float)
+    curve = linear(k, mu=mu, b=1.0, c=2.0)
+    fit = fit_curves([curve[:n]], ["linear"])
+    assert fit.family[0] == FAMILY_LINEAR
+    assert fit.p1[0] == pytest.approx(-math.log(mu), rel=1e-3)
+    assert fit.floor[0] == pytest.approx(2.0, abs=1e-6)
+    pred = fit.predict_loss(np.array([10.0]))[0]
+    assert pred == pytest.approx(curve[n + 9], rel=1e-6)
+
+
+def test_unknown_class_picks_family_by_residual() -> None:
+    k = np.arange(40, dtype=float)
+    fit = fit_curves([linear(k, mu=0.7), sublinear(k)], ["unknown", "unknown"])
+    assert fit.family.tolist() == [FAMILY_LINEAR, FAMILY_SUBLINEAR]
+
+
+def test_batch_equals_one_by_one() -> None:
+    rng = np.random.default_rng(7)
+    hist = []
+    for i in range(12):
+        k = np.arange(int(rng.integers(3, 80)), dtype=float)
+        base = sublinear(k) if i % 2 else linear(k, mu=0.85)
+        hist.append(base + rng.normal(0, 1e-3, k.size))
+    classes = ["sublinear", "linear", "unknown"] * 4
+    batch = fit_curves(hist, classes).reduction(np.full(12, 20.0))
+    alone = [fit_curves([h], [c]).reduction(np.array([20.0]))[0] for h, c in zip(hist, classes, strict=True)]
+    np.testing.assert_allclose(batch, alone, rtol=1e-9, atol=1e-12)
+
+
+def test_noisy_curve_prediction_is_reasonable() -> None:
+    rng = np.random.default_rng(3)
+    k = np.arange(200, dtype=float)
+    clean = sublinear(k)
+    noisy = clean + rng.normal(0, 2e-4, k.size)
+    fit = fit_curves([noisy[:100]], ["sublinear"])
+    err = abs(fit.predict_loss(10.0)[0] - clean[109]) / (clean[0] - clean[-1])
+    assert err < 5e-3
+
+
+# --- normalized reductions and degenerate histories -------------------------------------------------
+
+
+def test_reduction_is_in_max_drop_units_and_concave_in_iterations() -> None:
+    k = np.arange(300, dtype=float)
+    curve = sublinear(k)
+    fit = fit_curves([curve[:50]], ["sublinear"])
+    m = np.arange(0, 200, dtype=float)[None, :]
+    red = fit.reduction(m)[0]
+    max_drop = curve[0] - curve[1]
+    expected = (curve[49] - curve[49 + m[0].astype(int)]) / max_drop
+    np.testing.assert_allclose(red[:100], expected[:100], atol=5e-3 * expected[99])
+    assert red[0] == 0 and np.all(np.diff(red) >= 0) and np.all(np.diff(red, 2) <= 1e-12)
+
+
+def test_new_jobs_get_the_optimistic_prior() -> None:
+    k = np.arange(80, dtype=float)
+    fit = fit_curves([[], [5.0], [5.0, 4.0], sublinear(k)], ["sublinear"] * 4)
+    assert fit.family[:3].tolist() == [FAMILY_PRIOR] * 3
+    red = fit.reduction(np.full(4, 10.0))
+    assert red[0] > 2.0 and red[1] > 2.0
+    assert red[3] < red[0] / 5  # a mature job's normalized drops are small
+    assert fit.predict_loss(10.0)[2] < 4.0  # prior in loss units: scaled by the drop seen
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        [3.0, 3.0, 3.0, 3.0, 3.0, 3.0],
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        [1.0, float("nan"), 0.5, float("inf"), 0.3, 0.2, -float("inf"), 0.1],
+        [1e300, 1e299, 1e298, 1e297, 1e296],
+        [1e-300, 5e-301, 2e-301, 1e-301, 5e-302, 4e-302],
+        [-5.0, -6.0, -6.5, -6.7, -6.8, -6.85],
+        [1.0, 0.5, 0.9, 0.2, 0.8, 0.1, 0.7],
+        [2.0, 1.0, 1.0],
+        [2.0, 1.0, 0.0],
+    ],
+)
+def test_degenerate_histories_never_nan(history: list[float]) -> None:
+    for cls in ("sublinear", "linear", "unknown"):
+        fit = fit_curves([history], [cls])
+        for ahead in (0.0, 1.0, 10.0, 1e6):
+            assert np.isfinite(fit.reduction(ahead)).all()
+            assert (fit.reduction(ahead) >= 0).all()
+            assert np.isfinite(fit.predict_loss(ahead)).all() or not np.isfinite(history[-1])
+
+
+def test_flat_and_increasing_predict_no_reduction() -> None:
+    fit = fit_curves([[3.0] * 10, list(range(10))], ["sublinear", "linear"])
+    assert fit.family.tolist() == [FAMILY_FLAT, FAMILY_FLAT]
+    np.testing.assert_array_equal(fit.reduction(10.0), [0.0, 0.0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), max_size=40),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["sublinear", "linear", "unknown"]),
+    st.floats(0.0, 1e7),
+)
+def test_any_history_gives_finite_nonnegative_reductions(
+    histories: list[list[float]], cls: str, ahead: float
+) -> None:
+    fit = fit_curves(histories, [cls] * len(histories))
+    red = fit.reduction(np.full(len(histories), ahead))
+    assert np.isfinite(red).all() and (red >= 0).all()
+    values, mask, n, md = history_windows(histories)
+    assert np.isfinite(md).all() and (md >= 0).all()
