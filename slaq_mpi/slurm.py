@@ -230,8 +230,9 @@ def _ntasks(raw: Mapping[str, Any], ranks: int) -> int:
 
 
 def _time(val: Any) -> tuple[str, float]:
-    if isinstance(val, int) and not isinstance(val, bool) and val > 0:
-        return str(val), val * 60.0
+    if isinstance(val, int) and not isinstance(val, bool):
+        raise ConfigError("slurm.time", val, "must be a quoted string such as \"04:00:00\" or \"90\" "
+                          "(YAML reads unquoted 1:30 or 1:00:00 as a base-60 number)")
     if isinstance(val, str):
         try:
             seconds = parse_time(val)

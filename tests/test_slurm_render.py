@@ -44,7 +44,7 @@ FULL = {
     "extra": ["--mem-per-cpu=2G", "#SBATCH --constraint=ib"],
 }
 
-MPIEXEC = {"launcher": "mpiexec", "mpiexec": "/opt/mpich/bin/mpiexec", "time": 90, "signal_lead": 300,
+MPIEXEC = {"launcher": "mpiexec", "mpiexec": "/opt/mpich/bin/mpiexec", "time": "90", "signal_lead": 300,
            "requeue": False, "launcher_args": ["-bind-to", "core"]}
 
 
@@ -136,7 +136,8 @@ def test_parse_time_rejects(text: str) -> None:
     ({"ntasks": 8, "cores": 16}, "slurm.cores"),
     ({"cores": 2}, "slurm.cores"),
     ({"time": "soon"}, "slurm.time"),
-    ({"time": 0}, "slurm.time"),
+    ({"time": "0"}, "slurm.time"),
+    ({"time": 90}, "slurm.time"),
     ({"time": True}, "slurm.time"),
     ({"time": "00:01:00"}, "slurm.time"),
     ({"time": "00:05:00", "signal_lead": 300}, "slurm.signal_lead"),
