@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import RunData, common_l_star, summarize
+from slaq_mpi.evaluation import SUMMARY_METRICS, RunData, average_normalized_loss, common_l_star, summarize
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
            "load_runs"]
@@ -114,11 +114,28 @@ def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
     return runs
 
 
+def _window(text: str | None) -> tuple[float, float] | None:
+    if not text:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError("--window", text, "must be START:END in seconds, e.g. 800:1600") from None
+    if not hi > lo:
+        raise ConfigError("--window", text, "END must be greater than START")
+    return lo, hi
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the table and write the PNG figures."""
     runs = load_runs(args.run_dirs)
     l_star = common_l_star(runs.values())
-    rows = {label: summarize(run, l_star) for label, run in runs.items()}
+    window = _window(args.window)
+    metrics = dict(SUMMARY_METRICS)
+    if window is not None:
+        metrics["avg_normalized_loss"] = lambda r, ls: average_normalized_loss(r, ls, window=window)
+        print(f"average normalized loss over the window {window[0]:g}-{window[1]:g} s")
+    rows = {label: summarize(run, l_star, metrics) for label, run in runs.items()}
     print(format_table(rows))
     if args.json:
         print(json.dumps({"runs": {k: {m: (v if math.isfinite(v) else None) for m, v in r.items()}
@@ -144,4 +161,6 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="where to write the PNGs (default: first RUN_DIR)")
     p.add_argument("--no-plots", action="store_true", help="print the table only")
     p.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
+    p.add_argument("--window", metavar="START:END",
+                   help="average the normalized loss over this time window only (the paper used 800 s)")
     p.set_defaults(func=cmd_report)

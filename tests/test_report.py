@@ -112,3 +112,16 @@ def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path) -> None:
     assert args.func(args) == 0
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "avg_normalized_loss.png", "core_share.png", "time_to_reduction.png"]
+
+
+def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(["report", str(sim_dir), "--no-plots", "--json", "--window", "0:4"])
+    assert args.func(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("average normalized loss over the window 0-4 s")
+    data = json.loads(lines[-1])["runs"]
+    # every job arrives with normalized loss 1.0: early on the average is high for both
+    assert all(r["avg_normalized_loss"] > 0.3 for r in data.values())
+    with pytest.raises(ConfigError, match="--window"):
+        bad = parse(["report", str(sim_dir), "--no-plots", "--window", "5:1"])
+        bad.func(bad)
