@@ -212,3 +212,23 @@ def test_shipped_configs_describe_the_paper_and_scale_setups() -> None:
     assert {"fair", "slaq", "oracle"} <= set(settings.policies)
     settings, jobs = prepare(config.load(root / "scale.yaml", check_files=False))
     assert settings.capacity == 16384 and len(jobs) == 4000
+
+
+def test_live_epoch_model_waits_for_the_slowest_job() -> None:
+    class One:
+        name = "one"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            return {j.job_id: 1 for j in snap.jobs}
+
+    slow = linear_job("slow", n=3, work=1.5)  # 1.5 s per iteration on 1 core
+    fast = linear_job("fast", n=8, work=0.25)
+    run = simulate([slow, fast], One(), capacity=2, epoch_seconds=1.0, epoch_model="live")
+    assert run.jobs["slow"].time == pytest.approx([1.5, 3.0, 4.5])  # one whole iteration per epoch
+    assert run.epoch_time.tolist() == pytest.approx([0.0, 1.5, 3.0])  # epochs stretch to 1.5 s
+    # the fast job starts no iteration that would end after the 1 s deadline: 4 per epoch
+    assert run.jobs["fast"].time == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.75, 2.0, 2.25, 2.5])
+    fluid = simulate([slow, fast], One(), capacity=2, epoch_seconds=1.0)
+    assert fluid.epoch_time.tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(ValueError, match="epoch_model"):
+        simulate([slow], One(), capacity=1, epoch_seconds=1.0, epoch_model="bogus")

@@ -87,13 +87,13 @@ def test_sim_check_on_a_simulated_run_agrees_with_itself(config_file: Path, tmp_
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
     assert args.func(args) == 0
-    cmp = compare_with_run(tmp_path / "o" / "fair")
+    cmp = compare_with_run(tmp_path / "o" / "fair", epoch_model="fluid")
     assert cmp.mean_share_difference < 0.02
     for name, model in cmp.scaling.items():
         assert model.work > 0, name
     real = read_metrics(tmp_path / "o" / "fair")
     assert np.array_equal(cmp.simulated.alloc[: len(real.alloc)], real.alloc)
-    args = parse(["sim-check", str(tmp_path / "o" / "fair"), "--json"])
+    args = parse(["sim-check", str(tmp_path / "o" / "fair"), "--json", "--epoch-model", "fluid"])
     assert args.func(args) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["ok"] is True
 

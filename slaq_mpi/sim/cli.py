@@ -73,7 +73,7 @@ def cmd_sim_check(args: argparse.Namespace) -> int:
     """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
     from slaq_mpi.sim.run import compare_with_run
 
-    cmp = compare_with_run(args.run_dir, out=args.out)
+    cmp = compare_with_run(args.run_dir, out=args.out, epoch_model=args.epoch_model)
     ok = cmp.mean_share_difference <= args.threshold
     if args.json:
         print(json.dumps({"mean_share_difference": _num(cmp.mean_share_difference),
@@ -107,5 +107,7 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("run_dir", help="a real run directory holding metrics.h5")
     p.add_argument("--threshold", type=float, default=0.15, help="allowed mean share difference")
     p.add_argument("--out", metavar="DIR", help="write the simulation's metrics.h5 here")
+    p.add_argument("--epoch-model", choices=("live", "fluid"), default="live",
+                   help="how the simulator runs epochs (default: like the live runtime)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sim_check)

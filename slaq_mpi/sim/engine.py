@@ -4,9 +4,12 @@ At the start of every epoch the jobs that have arrived are admitted, the policy 
 :class:`~slaq_mpi.snapshot.ClusterSnapshot` built exactly as the live coordinator builds it
 (losses reported so far, one observed ``(cores, seconds/iteration)`` pair per epoch run,
 attained core-seconds), and every job then iterates at its scaling model's speed until the
-epoch ends. Progress inside an unfinished iteration carries over to the next epoch. A job stops
-when its stop rule holds; its cores are free again at the next epoch. Epochs in which no job is
-active are skipped (time jumps to the next arrival on the epoch grid).
+epoch ends. With the ``fluid`` epoch model (default) progress inside an unfinished iteration
+carries over to the next epoch and no job holds up the others; with ``live`` the simulator does
+what the MPI runtime does: every running job completes at least one whole iteration per epoch,
+starts none that would end after the deadline, and the next epoch begins when the slowest job
+has reported. A job stops when its stop rule holds; its cores are free again at the next epoch.
+Epochs in which no job is active are skipped (time jumps to the next arrival on the epoch grid).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from slaq_mpi.evaluation import JobTrace, RunData
 from slaq_mpi.sim.workload import SimJob
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
-__all__ = ["SimulationError", "simulate"]
+__all__ = ["EPOCH_MODELS", "SimulationError", "simulate"]
+
+EPOCH_MODELS = ("fluid", "live")
 
 
 class SimulationError(SlaqError, RuntimeError):
@@ -72,40 +77,48 @@ def _utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float]
 
 
 def _advance(s: _State, cores: int, now: float, epoch: float, noise: float,
-             reconfigure: float) -> None:
-    """Run job ``s`` on ``cores`` cores for the epoch starting at ``now``."""
+             reconfigure: float, live: bool) -> float:
+    """Run job ``s`` on ``cores`` cores for the epoch starting at ``now``.
+
+    Returns when the job's last iteration of the epoch ended (``now`` if none did).
+    fluid: iterations run back to back across epoch boundaries (progress carries over).
+    live: as the MPI runtime does, at least one whole iteration, and no iteration is started
+    that would end after the deadline; the caller makes the epoch last until every job is done.
+    """
     job = s.job
     penalty = reconfigure if (s.cores > 0 and cores != s.cores and s.n > 0) else 0.0
     s.cores = cores
     if cores <= 0:
-        return
+        return now
     if math.isnan(s.start):
         s.start = now
     tpi = job.scaling.seconds(cores)
     if noise > 0:
         tpi *= max(0.1, 1.0 + noise * float(s.rng.standard_normal()))
     avail = epoch - penalty
-    held_until = now + epoch
-    if avail > 0:
-        progress = s.frac + avail / tpi
-        m = min(int(progress + 1e-9), job.stop_iter - s.n)
-        if m > 0:
-            ends = now + penalty + (np.arange(1, m + 1) - s.frac) * tpi
-            s.losses.extend(job.curve[s.n : s.n + m].tolist())
-            s.t_chunks.append(ends)
-            s.c_chunks.append(m)
-            s.s_chunks.append(tpi)
-            s.throughput.append((cores, tpi))
-            s.n += m
-            if s.n >= job.stop_iter:
-                s.end = float(ends[-1])
-                held_until = s.end
-                s.frac = 0.0
-            else:
-                s.frac = max(0.0, progress - m)
-        else:
-            s.frac = progress
-    s.attained += cores * (held_until - now)
+    last = now
+    if live:
+        progress = max(avail / tpi, 1.0)
+        s.frac = 0.0
+    else:
+        progress = s.frac + max(avail, 0.0) / tpi
+    m = min(int(progress + 1e-9), job.stop_iter - s.n)
+    if m > 0:
+        ends = now + penalty + (np.arange(1, m + 1) - s.frac) * tpi
+        s.losses.extend(job.curve[s.n : s.n + m].tolist())
+        s.t_chunks.append(ends)
+        s.c_chunks.append(m)
+        s.s_chunks.append(tpi)
+        s.throughput.append((cores, tpi))
+        s.n += m
+        last = float(ends[-1])
+        if s.n >= job.stop_iter:
+            s.end = last
+    if not live:
+        s.frac = 0.0 if not math.isnan(s.end) else max(0.0, progress - m)
+        held_until = s.end if not math.isnan(s.end) else now + epoch
+        s.attained += cores * (held_until - now)
+    return last
 
 
 def _sanitize(alloc: Mapping[str, int], active: Sequence[_State], capacity: int,
@@ -130,12 +143,16 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
              time_noise: float = 0.0, reconfigure_seconds: float = 0.0,
              max_epochs: int | None = None, horizon: float | None = None,
              progress: Callable[[str], None] | None = None,
-             progress_seconds: float = 2.0) -> RunData:
+             progress_seconds: float = 2.0, epoch_model: str = "fluid") -> RunData:
     """Simulate ``jobs`` under ``policy`` and return the run's traces (metrics.h5 content).
 
     ``policy`` follows the policy contract; if it has ``bind_truth(jobs)`` (the oracle), it is
     first given the true jobs. Deterministic for a given workload and ``seed``.
+    ``epoch_model`` is ``fluid`` or ``live`` (see :func:`_advance`).
     """
+    if epoch_model not in EPOCH_MODELS:
+        raise ValueError(f"epoch_model must be one of {EPOCH_MODELS}, not {epoch_model!r}")
+    live = epoch_model == "live"
     pname = str(getattr(policy, "name", type(policy).__name__))
     if hasattr(policy, "bind_truth"):
         policy.bind_truth({j.name: j for j in jobs})
@@ -165,17 +182,24 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         decision.append((time.perf_counter() - t0) * 1000.0)
         alloc = _sanitize(raw, active, capacity, pname)
         row: dict[int, int] = {}
+        ends: list[float] = []
         for s in active:
             c = alloc.get(s.job.name, 0)
             if c:
                 row[s.col] = c
-            _advance(s, c, now, epoch_seconds, time_noise, reconfigure_seconds)
+            ends.append(_advance(s, c, now, epoch_seconds, time_noise, reconfigure_seconds, live))
         epoch_t.append(now)
         rows.append(row)
+        step = epoch_seconds
+        if live:
+            step = max(epoch_seconds, max(ends, default=now) - now)
+            for s in active:
+                held = (s.end if not math.isnan(s.end) else now + step) - now
+                s.attained += s.cores * held
         still = [s for s in active if math.isnan(s.end)]
         done += len(active) - len(still)
         active = still
-        now += epoch_seconds
+        now += step
         epochs += 1
         if progress is not None and time.perf_counter() - last_print >= progress_seconds:
             last_print = time.perf_counter()

@@ -53,7 +53,7 @@ def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Pa
             name=spec.name, seed=spec.seed, config_text=spec.source,
             time_noise=settings.time_noise, reconfigure_seconds=settings.reconfigure_seconds,
             max_epochs=max_epochs if max_epochs is not None else settings.max_epochs,
-            horizon=settings.horizon, progress=progress,
+            horizon=settings.horizon, progress=progress, epoch_model=settings.epoch_model,
         )
         run.policy = name
         runs[name] = run
@@ -102,12 +102,13 @@ class Comparison:
 
 
 def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None = None,
-                     out: str | Path | None = None) -> Comparison:
+                     out: str | Path | None = None, epoch_model: str = "live") -> Comparison:
     """Calibrate the simulator from a real run's metrics.h5, simulate it, compare allocations.
 
     Each job replays the losses it really reported (so curves are exact), arrives when it
     really arrived, and runs at a scaling model fitted to its observed (cores, seconds per
-    iteration); the run's own policy, capacity and epoch length are used.
+    iteration); the run's own policy, capacity and epoch length are used, and by default the
+    ``live`` epoch model of the MPI runtime.
     """
     import yaml
 
@@ -144,7 +145,7 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
     horizon = float(real.epoch_time[-1]) + real.epoch_seconds if len(real.epoch_time) else None
     sim = simulate(jobs, policy, capacity=real.capacity, epoch_seconds=real.epoch_seconds,
                    name=real.name, seed=real.seed, config_text=real.config, horizon=horizon,
-                   progress=progress)
+                   progress=progress, epoch_model=epoch_model)
     sim.policy = real.policy
     if out is not None:
         write_metrics(Path(out) / "metrics.h5", sim)

@@ -21,6 +21,8 @@ Every key is optional::
         kmeans: {overhead: 0.08, cost: 2.0e-9}   # cost: 1-core seconds per row*feature
       time_noise: 0.0          # relative std of each epoch's seconds/iteration
       reconfigure_seconds: 0.0 # time lost by a job whose core count changes
+      epoch_model: fluid       # fluid: iterations flow across epochs; live: like `slaq run`
+                               # (>= 1 whole iteration per epoch; the slowest job sets its end)
       max_epochs: 100          # stop early (default: when every job is done)
       horizon: 3600.0          # stop at this simulated time (seconds)
       max_iterations: 20000    # safety cap on iterations of any simulated job
@@ -40,7 +42,7 @@ __all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
 _KEYS = {
     "capacity", "nodes", "cores_per_node", "policies", "curves", "curve_file", "workload",
     "work_scale", "scaling", "time_noise", "reconfigure_seconds", "max_epochs", "horizon",
-    "max_iterations",
+    "max_iterations", "epoch_model",
 }
 _WORKLOAD_KEYS = {"jobs", "mean_gap", "start", "mix", "size_jitter"}
 _SCALING_KEYS = {"overhead", "comm", "cost"}
@@ -83,6 +85,7 @@ class SimSettings:
     max_epochs: int | None = None
     horizon: float | None = None
     max_iterations: int = 20000
+    epoch_model: str = "fluid"
 
     def scaling_for(self, algorithm: str) -> ScalingParams:
         """The scaling parameters of ``algorithm`` (its own entry, else ``default``)."""
@@ -166,6 +169,9 @@ def parse_settings(spec: Any) -> SimSettings:
                 comm=s.comm if "comm" in own else d.comm,
                 cost=s.cost if "cost" in own else (d.cost if "cost" in given else None),
             )
+    epoch_model = raw.get("epoch_model", "fluid")
+    if epoch_model not in ("fluid", "live"):
+        raise ConfigError(f"{w}.epoch_model", epoch_model, "allowed: fluid, live")
     max_epochs = raw.get("max_epochs")
     horizon = raw.get("horizon")
     return SimSettings(
@@ -181,6 +187,7 @@ def parse_settings(spec: Any) -> SimSettings:
         max_epochs=None if max_epochs is None else _integer(max_epochs, f"{w}.max_epochs", 1),
         horizon=None if horizon is None else _num(horizon, f"{w}.horizon", 0.0, True),
         max_iterations=_integer(raw.get("max_iterations", 20000), f"{w}.max_iterations", 1),
+        epoch_model=str(epoch_model),
     )
 
 
