@@ -57,6 +57,7 @@ SKIP_INITIAL_AFTER = 6  # the initial model's loss is left out of fits of longer
 MIN_FIT_POINTS = 3  # fewer losses: the prior
 MIN_FULL_POINTS = 5  # fewer losses: one nonlinear parameter only
 REFINE_STEPS = 3
+YOUNG_EXTRA_STEPS = 12  # more refinement for jobs whose history is shorter than the window
 UNKNOWN_LINEAR_MARGIN = 0.5  # unknown class: linear wins if its residual is below this share
 PRIOR_SCALE = 5.0  # the prior's total normalized reduction from iteration 0
 _CLASS_CODES = {"sublinear": 1, "linear": 2}
@@ -120,9 +121,9 @@ class _Grid:
 
 @lru_cache(maxsize=8)
 def _grid(window: int) -> _Grid:
-    nus = np.concatenate([2.0 ** -np.arange(0, 13, dtype=np.float64) * 1.2, [0.0]])
+    nus = np.concatenate([3.0 ** -np.arange(0, 9, dtype=np.float64) * 1.2, [0.0]])
     pairs = [(a, b) for i, a in enumerate(nus) for b in nus[i:] if a > 0]
-    rates = np.geomspace(1.0e-3, 3.0, 20)
+    rates = np.geomspace(1.0e-3, 3.0, 14)
     family = np.concatenate(
         [np.full(len(pairs), FAMILY_SUBLINEAR), np.full(len(rates), FAMILY_LINEAR)]
     ).astype(np.int8)
@@ -227,9 +228,9 @@ def tail_windows(
     last loss in the last column; missing or non-finite entries masked) and history lengths.
     """
     jobs = len(histories)
-    n = np.fromiter((len(h) for h in histories), dtype=np.int64, count=jobs)
+    n = np.fromiter(map(len, histories), dtype=np.int64, count=jobs)
     take = np.minimum(n, window)
-    flat = _flat([h[len(h) - t :] for h, t in zip(histories, take.tolist(), strict=True)], int(take.sum()))
+    flat = _flat([h[-window:] for h in histories], int(take.sum()))
     mask = np.arange(window)[None, :] >= (window - take)[:, None]
     values = np.zeros((jobs, window))
     values[mask] = flat
@@ -477,11 +478,14 @@ def fit_windows(
         sub = family == FAMILY_SUBLINEAR
         f_p1, f_p2, f_amp, f_off, f_sse = _coarse(y[idx], w[idx], valid_n[idx], family)
         fin = np.isfinite(f_sse)
-        if steps > 0 and fin.any():
-            sel = idx[fin]
-            f_p1[fin], f_p2[fin], f_amp[fin], f_off[fin], f_sse[fin] = _refine(
-                f_p1[fin], f_p2[fin], sub, y[sel], w[sel], mask[sel], valid_n[sel] >= MIN_FULL_POINTS, steps
-            )
+        # young jobs (short histories: the largest predicted gains, and few) get more steps
+        for extra, rows in ((steps, fin), (YOUNG_EXTRA_STEPS * (steps > 0), fin & (valid_n[idx] < window))):
+            if extra > 0 and rows.any():
+                sel = idx[rows]
+                f_p1[rows], f_p2[rows], f_amp[rows], f_off[rows], f_sse[rows] = _refine(
+                    f_p1[rows], f_p2[rows], sub, y[sel], w[sel], mask[sel], valid_n[sel] >= MIN_FULL_POINTS,
+                    extra,
+                )
         take = np.ones(idx.size, bool) if sub else ~unknown[idx] | (f_sse < UNKNOWN_LINEAR_MARGIN * sse[idx])
         t = idx[take]
         amp[t], off[t], p1[t], p2[t], sse[t] = f_amp[take], f_off[take], f_p1[take], f_p2[take], f_sse[take]
@@ -517,6 +521,7 @@ def fit_curves(
     classes: Sequence[str] | None = None,
     window: int = DEFAULT_WINDOW,
     decay: float = DEFAULT_DECAY,
+    steps: int = REFINE_STEPS,
 ) -> CurveFit:
     """Fit the loss histories of many jobs (vectorized across jobs).
 
@@ -525,7 +530,8 @@ def fit_curves(
         classes: per job ``"sublinear"``, ``"linear"`` or ``"unknown"`` (default: unknown).
         window: how many of the most recent losses are fitted.
         decay: e-folding length, in iterations, of the weights (recent points count most).
+        steps: Gauss-Newton refinement steps after the grid search (more: closer fits).
     """
     values, mask, n, max_drop = history_windows(histories, window)
     codes = class_codes(classes) if classes is not None else np.zeros(len(histories), np.int8)
-    return fit_windows(values, mask, n, max_drop, codes, decay)
+    return fit_windows(values, mask, n, max_drop, codes, decay, steps)

@@ -77,6 +77,15 @@ class ThroughputModel:
         return np.maximum(best, 1.0)
 
 
+def _solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Batched ``gram x = rhs`` (3x3 systems); singular systems via the pseudo-inverse."""
+    try:
+        out = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        out = np.einsum("jab,jb->ja", np.linalg.pinv(gram), rhs)
+    return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def _prior_gram() -> np.ndarray:
     """Sum over the prior's core counts of ``phi phi^T / t_prior^2`` (for ``t1 = 1``)."""
     phi = _features(_PRIOR_CORES)
@@ -94,7 +103,8 @@ def fit_throughput_flat(
     prior_seconds: float | np.ndarray = 1.0,
 ) -> ThroughputModel:
     """Fit from flat observation arrays: observation ``i`` is ``(cores[i], seconds[i])`` of job
-    ``job[i]`` (``0 <= job[i] < jobs``). Non-finite or non-positive observations are ignored.
+    ``job[i]`` (``0 <= job[i] < jobs``). Observations outside ``1e-12 < seconds < 1e9`` or with
+    ``cores < 1`` are ignored.
 
     Args:
         prior_seconds: single-core seconds per iteration assumed for jobs without observations
@@ -103,11 +113,11 @@ def fit_throughput_flat(
     job = np.asarray(job, dtype=np.int64)
     a = np.asarray(cores, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
-    keep = np.isfinite(a) & np.isfinite(t) & (a >= 1) & (t > 0)
+    keep = np.isfinite(a) & (a >= 1) & (a < 2**40) & (t > 1e-12) & (t < 1e9)  # sane values only
     job, a, t = job[keep], a[keep], t[keep]
     count = np.bincount(job, minlength=jobs).astype(np.float64)
     prior_t1 = np.broadcast_to(np.asarray(prior_seconds, dtype=np.float64), (jobs,))
-    prior_t1 = np.where(np.isfinite(prior_t1) & (prior_t1 > 0), prior_t1, 1.0)
+    prior_t1 = np.where((prior_t1 > 1e-12) & (prior_t1 < 1e9), prior_t1, 1.0)
     # per-job single-core scale from the near-linear prior through each observation
     shape = (1.0 - SERIAL_FRACTION) / a + SERIAL_FRACTION
     log_t1 = np.bincount(job, weights=np.log(t / shape), minlength=jobs)
@@ -115,7 +125,7 @@ def fit_throughput_flat(
         t1 = np.where(count > 0, np.exp(log_t1 / np.maximum(count, 1.0)), prior_t1)
     # relative-error weighted normal equations, in units of t1
     phi = _features(a)
-    ts = t / t1[job]
+    ts = np.clip(t / t1[job], 1e-9, 1e9)
     wts = 1.0 / np.maximum(ts, 1e-12) ** 2
     gram = np.zeros((jobs, 3, 3))
     rhs = np.zeros((jobs, 3))
@@ -125,22 +135,25 @@ def fit_throughput_flat(
             gram[:, i, k] = gram[:, k, i] = np.bincount(job, weights=wts * phi[:, i] * phi[:, k],
                                                         minlength=jobs)
     # the prior settles what 0-2 distinct core counts leave open; with 3+ the data decide
-    pairs = np.unique(job * 2**32 + a.astype(np.int64))
-    distinct = np.bincount(pairs // 2**32, minlength=jobs)
+    key = np.sort(job * 2**32 + a.astype(np.int64))
+    first = np.ones(key.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    distinct = np.bincount(key[first] // 2**32, minlength=jobs)
     scale = (np.maximum(count, 1.0) * np.where(distinct >= 3, 1e-3, 1.0))[:, None, None]
     gram = gram + _PRIOR_GRAM[None] * scale
     rhs = rhs + (_PRIOR_GRAM @ _PRIOR_THETA)[None] * scale[:, :, 0]
-    pinned = np.zeros((jobs, 3), dtype=bool)
-    theta = np.tile(_PRIOR_THETA, (jobs, 1))
-    stiff = 1e9 * np.maximum(count, 1.0)[:, None, None]
-    for _ in range(4):
-        g = gram + np.eye(3)[None] * (stiff * pinned[:, :, None] + 1e-12)
-        theta = np.linalg.solve(g, (rhs * ~pinned)[:, :, None])[:, :, 0]
-        theta = np.nan_to_num(theta, nan=0.0, posinf=0.0, neginf=0.0)
-        neg = theta < -1e-12
-        if not neg.any():
+    theta = _solve(gram + 1e-12 * np.eye(3)[None], rhs)
+    pinned = theta < -1e-12
+    todo = np.flatnonzero(pinned.any(axis=1))
+    for _ in range(3):  # pin negative coefficients to 0 and re-solve those jobs
+        if not todo.size:
             break
-        pinned |= neg
+        stiff = 1e9 * np.maximum(count[todo], 1.0)[:, None, None]
+        g = gram[todo] + np.eye(3)[None] * (stiff * pinned[todo, :, None] + 1e-12)
+        theta[todo] = _solve(g, rhs[todo] * ~pinned[todo])
+        neg = theta[todo] < -1e-12
+        pinned[todo] |= neg
+        todo = todo[neg.any(axis=1)]
     theta = np.maximum(theta, 0.0)
     theta[:, 1] = np.maximum(theta[:, 1], 1e-6)  # t(a) > 0 for every a
     return ThroughputModel(

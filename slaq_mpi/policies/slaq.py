@@ -168,7 +168,7 @@ def greedy_allocate(gains_table: np.ndarray, caps: np.ndarray | None, capacity: 
         alloc[order[: max(capacity, 0)]] = 1
         return alloc
     marg = np.diff(table, axis=1)
-    harmful = np.minimum.accumulate(marg, axis=1) < -1e-12
+    harmful = np.minimum.accumulate(marg, axis=1) < -1e-12 if width > 1 else np.zeros((jobs, 1), bool)
     first_bad = np.where(harmful.any(axis=1), harmful.argmax(axis=1) + 1, width)
 
     def gain(rows: np.ndarray, a: np.ndarray) -> np.ndarray:

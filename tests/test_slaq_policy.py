@@ -1,0 +1,191 @@
+"""The SLAQ greedy and policy (slaq_mpi.policies.slaq); no MPI."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slaq_mpi.policies import get_policy
+from slaq_mpi.policies.slaq import SlaqPolicy, allocate_by_gain, greedy_allocate, water_fill
+from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+
+
+def concave_table(rng: np.random.Generator, jobs: int, width: int) -> np.ndarray:
+    """Gains with non-increasing non-negative marginals (some exactly tied)."""
+    marg = np.sort(rng.choice([0.0, 0.5, 1.0, 1.5, 2.0, 3.0], size=(jobs, width)), axis=1)[:, ::-1]
+    return np.cumsum(marg, axis=1)
+
+
+def brute_force(table: np.ndarray, caps: np.ndarray, capacity: int) -> float:
+    best = -np.inf
+    for alloc in itertools.product(*[range(1, c + 1) for c in caps]):
+        if sum(alloc) <= capacity:
+            best = max(best, sum(table[j, a - 1] for j, a in enumerate(alloc)))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_greedy_is_optimal_on_concave_gains(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    jobs, width = int(rng.integers(1, 5)), int(rng.integers(1, 6))
+    table = concave_table(rng, jobs, width)
+    caps = rng.integers(1, width + 1, size=jobs)
+    capacity = int(rng.integers(jobs, jobs * width + 2))
+    alloc = greedy_allocate(table, caps, capacity)
+    assert alloc.sum() <= capacity and (alloc >= 1).all() and (alloc <= caps).all()
+    value = sum(table[j, a - 1] for j, a in enumerate(alloc))
+    assert value == pytest.approx(brute_force(table, caps, capacity))
+
+
+def heap_greedy(table: np.ndarray, caps: np.ndarray, capacity: int) -> np.ndarray:
+    """The textbook greedy: a heap of next marginal gains, ties to the lower job index."""
+    alloc = np.ones(len(caps), dtype=int)
+    heap = [(-(table[j, 1] - table[j, 0]), j) for j in range(len(caps)) if caps[j] > 1]
+    heapq.heapify(heap)
+    left = capacity - len(caps)
+    while left > 0 and heap:
+        neg, j = heapq.heappop(heap)
+        if -neg <= 1e-12:
+            break
+        alloc[j] += 1
+        left -= 1
+        if alloc[j] < caps[j]:
+            heapq.heappush(heap, (-(table[j, alloc[j]] - table[j, alloc[j] - 1]), j))
+    return alloc
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_lazy_selection_matches_heap_greedy_with_large_caps(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    jobs, width = 30, 400
+    marg = np.sort(rng.exponential(1.0, size=(jobs, width)) * rng.exponential(1.0, size=(jobs, 1)), axis=1)
+    table = np.cumsum(marg[:, ::-1], axis=1)
+    caps = rng.integers(1, width + 1, size=jobs)
+    capacity = int(rng.integers(jobs, 3000))
+    np.testing.assert_array_equal(greedy_allocate(table, caps, capacity), heap_greedy(table, caps, capacity))
+
+
+def test_fewer_cores_than_jobs_admits_largest_one_core_gains() -> None:
+    table = np.array([[1.0, 2.0], [3.0, 3.5], [3.0, 4.0], [0.5, 0.6]])
+    np.testing.assert_array_equal(greedy_allocate(table, None, 2), [0, 1, 1, 0])
+
+
+def test_zero_gains_are_spread_not_idled() -> None:
+    alloc = greedy_allocate(np.zeros((3, 10)), np.array([10, 2, 10]), 12)
+    np.testing.assert_array_equal(alloc, [5, 2, 5])
+
+
+def test_water_fill() -> None:
+    np.testing.assert_array_equal(water_fill(np.array([1, 5, 1]), np.array([9, 9, 2]), 5), [5, 5, 2])
+    np.testing.assert_array_equal(water_fill(np.array([1, 1]), np.array([3, 3]), 3), [3, 2])
+    np.testing.assert_array_equal(water_fill(np.array([1, 1]), np.array([2, 2]), 10), [2, 2])
+
+
+def test_allocate_by_gain_needs_room_for_everyone() -> None:
+    with pytest.raises(ValueError):
+        allocate_by_gain(lambda r, a: a, np.array([2, 2, 2]), 2)
+
+
+# --- the policy ------------------------------------------------------------------------------
+
+
+def sublinear(n: int, speed: float = 0.3) -> tuple[float, ...]:
+    k = np.arange(n, dtype=float)
+    return tuple((1.0 / (0.002 * k**2 + speed * k + 1.0) + 0.2).tolist())
+
+
+def job(i: int, n: int, max_cores: int = 64, **kw: object) -> JobSnapshot:
+    return JobSnapshot(job_id=f"j{i:03d}", losses=sublinear(n), throughput=((2, 0.05),) if n else (),
+                       cores=2 if n else 0, max_cores=max_cores, convergence="sublinear", **kw)
+
+
+def test_registered_and_named() -> None:
+    pol = get_policy("slaq")
+    assert isinstance(pol, SlaqPolicy) and pol.name == "slaq"
+
+
+def test_new_and_young_jobs_get_more_cores_than_converged_ones() -> None:
+    snap = ClusterSnapshot(64, 0.0, 10.0, (job(0, 400), job(1, 0), job(2, 8), job(3, 300)))
+    alloc = SlaqPolicy().allocate(snap)
+    assert sum(alloc.values()) <= 64
+    assert alloc["j001"] > alloc["j000"] and alloc["j002"] > alloc["j003"]
+
+
+def test_iteration_budget_limits_useful_cores() -> None:
+    done_soon = job(0, 10, max_iterations=12)
+    snap = ClusterSnapshot(32, 0.0, 10.0, (done_soon, job(1, 10)))
+    alloc = SlaqPolicy().allocate(snap)
+    assert alloc["j001"] > alloc["j000"]
+
+
+def test_empty_and_no_capacity() -> None:
+    assert SlaqPolicy().allocate(ClusterSnapshot(8, 0.0, 10.0, ())) == {}
+    assert SlaqPolicy().allocate(ClusterSnapshot(0, 0.0, 10.0, (job(0, 5),))) == {"j000": 0}
+
+
+def test_no_job_waits_forever_when_jobs_outnumber_cores() -> None:
+    pol = SlaqPolicy()
+    attained = {f"j{i:03d}": 0.0 for i in range(10)}
+    ran = dict.fromkeys(attained, 0)
+    for epoch in range(20):
+        jobs = tuple(job(i, 200 - 10 * i, attained_core_seconds=attained[f"j{i:03d}"]) for i in range(10))
+        alloc = pol.allocate(ClusterSnapshot(3, 10.0 * epoch, 10.0, jobs))
+        assert sum(alloc.values()) <= 3 and all(v <= 1 for v in alloc.values())
+        for jid, cores in alloc.items():
+            attained[jid] += 10.0 * cores
+            ran[jid] += cores > 0
+    assert min(ran.values()) >= 1
+
+
+losses_st = st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=30)
+job_st = st.tuples(losses_st, st.integers(1, 40), st.sampled_from(["sublinear", "linear", "unknown"]),
+                   st.lists(st.tuples(st.integers(1, 16), st.floats(1e-4, 10.0)), max_size=3),
+                   st.floats(0.0, 1e4), st.none() | st.integers(0, 60))
+
+
+def make_snapshot(specs: list, capacity: int) -> ClusterSnapshot:
+    jobs = tuple(
+        JobSnapshot(job_id=f"job-{i}", losses=tuple(ls), throughput=tuple(tp), cores=0, max_cores=mc,
+                    convergence=conv, attained_core_seconds=att, max_iterations=budget)
+        for i, (ls, mc, conv, tp, att, budget) in enumerate(specs)
+    )
+    return ClusterSnapshot(capacity, 0.0, 5.0, jobs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(job_st, min_size=1, max_size=8), st.integers(1, 120))
+def test_policy_properties(specs: list, capacity: int) -> None:
+    snap = make_snapshot(specs, capacity)
+    alloc = SlaqPolicy().allocate(snap)
+    assert set(alloc) == {j.job_id for j in snap.jobs}
+    assert sum(alloc.values()) <= capacity
+    for j in snap.jobs:
+        assert 0 <= alloc[j.job_id] <= max(1, j.max_cores)
+        if capacity >= len(snap.jobs):
+            assert alloc[j.job_id] >= 1
+    # deterministic: the same snapshot again, on this object and on a fresh one
+    assert SlaqPolicy().allocate(snap) == alloc
+    pol = SlaqPolicy()
+    pol.allocate(make_snapshot(specs[::-1], capacity))
+    assert pol.allocate(snap) == alloc
+
+
+def test_same_snapshot_sequence_same_allocations() -> None:
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 60, size=12)
+    seq = [ClusterSnapshot(40, 10.0 * e, 10.0, tuple(job(i, int(n) + 5 * e) for i, n in enumerate(lengths)))
+           for e in range(4)]
+    a, b = SlaqPolicy(), SlaqPolicy()
+    assert [a.allocate(s) for s in seq] == [b.allocate(s) for s in seq]
+
+
+def test_brain_modules_do_not_import_mpi() -> None:
+    root = Path(__file__).resolve().parents[1] / "slaq_mpi"
+    for rel in ("predict.py", "throughput.py", "policies/slaq.py"):
+        assert "mpi4py" not in (root / rel).read_text()
