@@ -189,3 +189,19 @@ def test_brain_modules_do_not_import_mpi() -> None:
     root = Path(__file__).resolve().parents[1] / "slaq_mpi"
     for rel in ("predict.py", "throughput.py", "policies/slaq.py"):
         assert "mpi4py" not in (root / rel).read_text()
+
+
+def test_cached_max_drops_equal_full_recomputation() -> None:
+    from slaq_mpi.predict import max_drops, tail_windows
+
+    rng = np.random.default_rng(11)
+    curves = [np.cumsum(-rng.exponential(1.0, 120)) + rng.normal(0, 0.5, 120) for _ in range(20)]
+    pol = SlaqPolicy()
+    for e, grow in enumerate((10, 3, 0, 30, 7)):
+        upto = [min(120, 20 + e * grow + i) for i in range(20)]
+        hist = [tuple(c[:u].tolist()) for c, u in zip(curves, upto, strict=True)]
+        if e == 2:  # a job's history is replaced: the cache must notice
+            hist[0] = tuple((curves[0][: upto[0]] + 1.0).tolist())
+        values, mask, n = tail_windows(hist, pol.window)
+        got = pol._max_drops([f"j{i}" for i in range(20)], hist, values, mask, n)
+        np.testing.assert_array_equal(got, max_drops(hist))

@@ -263,21 +263,29 @@ class SlaqPolicy:
         # job id -> (losses seen, last loss, largest drop): an exact, validated work saver
         self._drops: dict[str, tuple[int, float, float]] = {}
 
-    def _max_drops(self, jobs: list, histories: list) -> np.ndarray:
-        start = np.zeros(len(jobs), dtype=np.int64)
-        prev = np.zeros(len(jobs))
-        cache = self._drops
-        for i, (job, h) in enumerate(zip(jobs, histories, strict=True)):
-            hit = cache.get(job.job_id)
-            if hit is not None and 0 < hit[0] <= len(h) and h[hit[0] - 1] == hit[1]:
-                start[i], prev[i] = hit[0], hit[2]
-        drops = max_drops(histories, start, prev)
-        self._drops = {
-            job.job_id: (len(h), h[-1], float(d))
-            for job, h, d in zip(jobs, histories, drops.tolist(), strict=True)
-            if len(h)
-        }
-        return drops
+    def _max_drops(self, ids: list[str], histories: list, values: np.ndarray, mask: np.ndarray,
+                   n: np.ndarray) -> np.ndarray:
+        """Largest one-iteration drop per job, updated from the cache with the window's new
+        losses when the cached history's last loss is still where it was (else recomputed)."""
+        window = values.shape[1]
+        miss = (-1, np.nan, 0.0)
+        prev = np.array([self._drops.get(i, miss) for i in ids], dtype=np.float64).reshape(-1, 3)
+        p_n = prev[:, 0].astype(np.int64)
+        col = window - n + p_n - 1  # window column of the cached last loss
+        rows = np.arange(len(ids))
+        ok = (p_n >= 1) & (n >= p_n) & (col >= 0)
+        c = np.clip(col, 0, window - 1)
+        ok &= mask[rows, c] & (values[rows, c] == prev[:, 1])
+        drops = np.where(mask[:, 1:] & mask[:, :-1], values[:, :-1] - values[:, 1:], 0.0)
+        drops[np.arange(window - 1)[None, :] < c[:, None]] = 0.0
+        out = np.maximum(prev[:, 2], drops.max(axis=1, initial=0.0))
+        redo = np.flatnonzero(~ok)
+        if redo.size:
+            out[redo] = max_drops([histories[i] for i in redo])
+        last = np.where(mask[:, -1], values[:, -1], np.nan)
+        self._drops = {i: t for i, t in zip(ids, zip(n.tolist(), last.tolist(), out.tolist(), strict=True),
+                                          strict=True) if t[0] > 0}
+        return out
 
     def forecast(self, snapshot: ClusterSnapshot) -> Forecast:
         """Fit every active job of ``snapshot``: the predicted reductions the greedy uses."""
@@ -285,7 +293,7 @@ class SlaqPolicy:
         count = len(jobs)
         histories = [j.losses for j in jobs]
         values, mask, n = tail_windows(histories, self.window)
-        drops = self._max_drops(jobs, histories)
+        drops = self._max_drops([j.job_id for j in jobs], histories, values, mask, n)
         codes = class_codes([j.convergence for j in jobs])
         curves = fit_windows(values, mask, n, drops, codes, self.decay)
 
@@ -304,10 +312,11 @@ class SlaqPolicy:
                 gamma=np.where(seen, speed.gamma, 0.0),
                 observed=speed.observed,
             )
-        budget = np.array([np.inf if j.max_iterations is None else j.max_iterations for j in jobs],
-                          dtype=np.float64)
+        budget = np.fromiter((np.inf if j.max_iterations is None else j.max_iterations for j in jobs),
+                             dtype=np.float64, count=count)
         remaining = np.maximum(budget - n, 0.0)
-        caps = np.array([max(1, min(j.max_cores, snapshot.capacity)) for j in jobs], dtype=np.int64)
+        max_cores = np.fromiter((j.max_cores for j in jobs), dtype=np.int64, count=count)
+        caps = np.clip(max_cores, 1, max(1, int(snapshot.capacity)))
         return Forecast(tuple(j.job_id for j in jobs), curves, speed, remaining, caps,
                         float(snapshot.epoch_seconds))
 
