@@ -254,6 +254,15 @@ def _nanmedian(a: np.ndarray) -> float:
 
 MetricFn = Callable[[RunData, Mapping[str, float]], float]
 
+
+def _mean_share(group: int) -> MetricFn:
+    def share(run: RunData, l_star: Mapping[str, float]) -> float:
+        _, shares = core_share_by_loss_group(run, l_star)
+        col = shares[:, group] if len(shares) else np.zeros(0)
+        return _nanmean(col)
+
+    return share
+
 #: Scalar metrics of a run, in report order: name -> f(run, l_star). Extend by adding entries.
 SUMMARY_METRICS: dict[str, MetricFn] = {
     "avg_normalized_loss": average_normalized_loss,
@@ -266,6 +275,9 @@ SUMMARY_METRICS: dict[str, MetricFn] = {
     "makespan": lambda r, ls: makespan(r),
     "decision_ms": lambda r, ls: _nanmean(np.asarray(r.decision_ms, dtype=np.float64)),
     "jobs": lambda r, ls: float(len(r.jobs)),
+    "core_share_high": _mean_share(0),
+    "core_share_medium": _mean_share(1),
+    "core_share_low": _mean_share(2),
 }
 
 

@@ -96,6 +96,9 @@ def test_core_share_groups() -> None:
     times, shares = core_share_by_loss_group(run, {j.name: 0.0 for j in js})
     assert times.tolist() == [5.0]
     assert shares[0] == pytest.approx([0.1, 0.2, 0.7])
+    s = summarize(run, {j.name: 0.0 for j in js})
+    got = (s["core_share_high"], s["core_share_medium"], s["core_share_low"])
+    assert got == pytest.approx((0.1, 0.2, 0.7))
 
 
 def test_makespan_and_summary() -> None:
