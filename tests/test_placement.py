@@ -30,12 +30,15 @@ def test_new_and_finished_jobs_count_as_moved() -> None:
     assert moved == {"a", "b"}
 
 
+_COUNTS = st.lists(st.integers(0, 4), min_size=1, max_size=6)
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 4), min_size=1, max_size=6), st.lists(st.integers(0, 4), min_size=1, max_size=6))
+@given(_COUNTS, _COUNTS)
 def test_placement_is_a_partition_and_sticky(before: list[int], after: list[int]) -> None:
     names = [f"j{i}" for i in range(max(len(before), len(after)))]
-    a0 = {n: c for n, c in zip(names, before) if c}
-    a1 = {n: c for n, c in zip(names, after) if c}
+    a0 = {n: c for n, c in zip(names, before, strict=False) if c}
+    a1 = {n: c for n, c in zip(names, after, strict=False) if c}
     if sum(a0.values()) > len(WORKERS) or sum(a1.values()) > len(WORKERS):
         return
     cur, _ = place({}, a0, WORKERS)
