@@ -1,6 +1,8 @@
 """Pause per epoch on a quickstart-sized run: from the epoch deadline until every job iterates
 again, split into epochs where no job moved and epochs where some moved (checkpoint, re-split,
-restore, re-read shard).
+restore, re-read shard). Jobs stop before the deadline when their next iteration would overrun
+it, so the pause is often 0; the *_gap_ms keys give the time from the moment the last job
+stopped iterating until every job iterates again.
 
 Usage: python benchmarks/realloc.py [CONFIG]   (default configs/quickstart.yaml)
 Prints one JSON line last: no_move_ms, move_ms, move_fraction_of_epoch (targets: no_move_ms
@@ -35,11 +37,14 @@ def main() -> None:
             sys.exit(f"run failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
         with h5py.File(Path(tmp) / "run" / "metrics.h5") as f:
             pause = f["epochs/pause_ms"][()]
+            gap = f["epochs/gap_ms"][()]
             moved = f["epochs/moved"][()].astype(bool)
             epoch_s = float(f.attrs["epoch_seconds"])
     ok = ~np.isnan(pause)
     no_move = pause[ok & ~moved]
     move = pause[ok & moved]
+    gap_no_move = gap[ok & ~moved]
+    gap_move = gap[ok & moved]
     result = {
         "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config),
         "epochs": int(len(pause)),
@@ -50,6 +55,8 @@ def main() -> None:
         "no_move_p90_ms": round(float(np.percentile(no_move, 90)), 2) if len(no_move) else None,
         "move_ms": round(float(np.median(move)), 2) if len(move) else None,
         "move_p90_ms": round(float(np.percentile(move, 90)), 2) if len(move) else None,
+        "no_move_gap_ms": round(float(np.median(gap_no_move)), 2) if len(gap_no_move) else None,
+        "move_gap_ms": round(float(np.median(gap_move)), 2) if len(gap_move) else None,
         "move_fraction_of_epoch": round(float(np.median(move)) / 1000.0 / epoch_s, 4) if len(move) else None,
     }
     print(json.dumps(result))

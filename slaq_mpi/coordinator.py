@@ -50,6 +50,7 @@ class Coordinator:
         self.ranks: dict[str, tuple[int, ...]] = {}
         self.stop_requested = False
         self._prev_deadline: float | None = None
+        self._prev_stop: float | None = None
         self._t0 = time.monotonic() - elapsed
 
     # --- time and signals -------------------------------------------------------------
@@ -120,7 +121,7 @@ class Coordinator:
                 failed = any(j.status == "failed" for j in self.record.jobs.values())
                 return EXIT_FAILED if failed else EXIT_DONE
             wake = min(j.arrival for j in pending)
-            self._prev_deadline = None
+            self._prev_deadline = self._prev_stop = None
             while self.now() < wake and not self.stop_requested:
                 time.sleep(min(0.05, max(0.0, wake - self.now())))
                 self._check_stop_file()
@@ -199,7 +200,7 @@ class Coordinator:
         return reports
 
     def _absorb(self, reports: dict[str, Report], moved: set[str]) -> None:
-        starts, deadlines = [], []
+        starts, deadlines, stops = [], [], []
         for name, rep in reports.items():
             job = self.record.jobs[name]
             n = len(rep.losses)
@@ -215,15 +216,18 @@ class Coordinator:
                 job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
             starts.append(rep.first_start)
             deadlines.append(rep.deadline)
+            stops.append(rep.end_times[-1] if rep.end_times else rep.first_start)
             if rep.status != "running":
                 job.status, job.reason = rep.status, rep.reason
                 job.end = self._wall_to_now(rep.end_times[-1]) if rep.end_times else self.now()
                 self.ranks.pop(name, None)
                 if rep.status == "failed":
                     _say(f"job {name} failed: {rep.reason}")
-        if self._prev_deadline is not None and starts:
+        if self._prev_deadline is not None and self._prev_stop is not None and starts:
             self.record.pause_ms[-1] = max(0.0, (max(starts) - self._prev_deadline) * 1000.0)
+            self.record.gap_ms[-1] = max(0.0, (max(starts) - self._prev_stop) * 1000.0)
         self._prev_deadline = max(deadlines) if deadlines else None
+        self._prev_stop = max(stops) if stops else None
 
     def _progress(self, now: float, alloc: dict[str, int]) -> None:
         jobs = self.record.jobs.values()

@@ -59,6 +59,7 @@ class RunRecord:
     epoch_alloc: list[list[int]] = field(default_factory=list)
     decision_ms: list[float] = field(default_factory=list)
     pause_ms: list[float] = field(default_factory=list)
+    gap_ms: list[float] = field(default_factory=list)
     moved: list[int] = field(default_factory=list)
 
     def add_epoch(self, t: float, alloc: dict[str, int], decision_ms: float, moved: bool) -> None:
@@ -67,6 +68,7 @@ class RunRecord:
         self.epoch_alloc.append([alloc.get(name, 0) for name in self.jobs])
         self.decision_ms.append(decision_ms)
         self.pause_ms.append(math.nan)
+        self.gap_ms.append(math.nan)
         self.moved.append(int(moved))
 
     def write(self, path: Path) -> None:
@@ -94,6 +96,7 @@ class RunRecord:
             ep.create_dataset("alloc", data=np.asarray(self.epoch_alloc, dtype="i4").reshape(-1, len(names)))
             ep.create_dataset("decision_ms", data=np.asarray(self.decision_ms, dtype="f8"))
             ep.create_dataset("pause_ms", data=np.asarray(self.pause_ms, dtype="f8"))
+            ep.create_dataset("gap_ms", data=np.asarray(self.gap_ms, dtype="f8"))
             ep.create_dataset("moved", data=np.asarray(self.moved, dtype="i1"))
             f.flush()
             os.fsync(f.id.get_vfd_handle())
@@ -132,5 +135,7 @@ class RunRecord:
             rec.epoch_alloc = [[int(c) for c in row] for row in ep["alloc"][()]]
             rec.decision_ms = [float(x) for x in ep["decision_ms"][()]]
             rec.pause_ms = [float(x) for x in ep["pause_ms"][()]]
+            rec.gap_ms = ([float(x) for x in ep["gap_ms"][()]] if "gap_ms" in ep
+                          else [math.nan] * len(rec.pause_ms))
             rec.moved = [int(x) for x in ep["moved"][()]]
         return rec

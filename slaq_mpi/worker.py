@@ -93,13 +93,17 @@ class Worker:
             self._drop()
         if not plan.moved:
             return
-        color = self.color[new_job] if new_job is not None and new_job in plan.moved else None
-        group = comm.split(color, key=self.rank)
-        if group is None:
+        joining = new_job is not None and new_job in plan.moved
+        shard = None
+        if joining:
+            # Read my rows before the collective split: ranks are ordered by world rank in
+            # the new group, so my position is known now, and the read overlaps the wait.
+            members = sorted(plan.ranks[new_job])
+            shard = read_shard(plan.data[new_job], members.index(self.rank), len(members))
+        group = comm.split(self.color[new_job] if joining else None, key=self.rank)
+        if group is None or shard is None or new_job is None:
             return
-        assert new_job is not None
         job = self.jobs[new_job]
-        shard = read_shard(plan.data[new_job], group.rank, group.size)
         solver = load_solver(job.algorithm)(group, shard, job.hyperparameters, job.seed)
         done = plan.iterations[new_job]
         last_loss = math.nan
@@ -146,7 +150,10 @@ class Worker:
                 elif job.stop.done_after(self.iteration, self.last_loss, loss):
                     status = "done"
                 self.last_loss = loss
-            stop_epoch = status != "running" or t1 + (t1 - t0) > deadline
+            # Stop before the deadline when the next iteration would likely overrun it: an
+            # overrun keeps every other job waiting for the next plan.
+            recent = report.iter_seconds[-2:] or [t1 - t0]
+            stop_epoch = status != "running" or t1 + 1.25 * max(recent) > deadline
             flags = self.group.allreduce(
                 np.array([float(bool(error)), float(leader and stop_epoch)]), op="max"
             )
