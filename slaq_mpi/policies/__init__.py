@@ -33,7 +33,10 @@ class PolicyError(ValueError):
 _REGISTRY: dict[str, tuple[str, str]] = {
     "fair": ("slaq_mpi.policies.fair", "FairPolicy"),
     "fifo": ("slaq_mpi.policies.fifo", "FifoPolicy"),
+    "finish-time-fair": ("slaq_mpi.policies.finish_time_fair", "FinishTimeFairPolicy"),
+    "goodput": ("slaq_mpi.policies.goodput", "GoodputPolicy"),
     "slaq": ("slaq_mpi.policies.slaq", "SlaqPolicy"),
+    "utility": ("slaq_mpi.policies.utility", "UtilityPolicy"),
 }
 # Policies that need information only a simulator has (the future of every loss curve).
 _SIMULATION_ONLY: dict[str, tuple[str, str]] = {"oracle": ("slaq_mpi.sim.oracle", "OraclePolicy")}

@@ -1,0 +1,160 @@
+"""Predictions shared by the goodput, finish-time-fair and utility policies.
+
+Everything here is built from the SLAQ brain's public forecast
+(:meth:`slaq_mpi.policies.slaq.SlaqPolicy.forecast`): the fitted loss curve and throughput
+model of every active job. On top of it this module answers, per job and for any (possibly
+fractional) core count ``a``:
+
+* seconds per iteration ``t(a)``; a share below one core is time-slicing: ``t(1) / a``;
+* remaining iterations to the stopping rule (``max_iterations`` minus iterations run; without
+  a budget, the iterations until 95% of the predicted remaining normalized reduction is done);
+* the predicted normalized loss reduction over the next epoch (SLAQ's currency);
+* the equal share ``min(cap, capacity / N)`` of the ``N`` active jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from slaq_mpi.policies.slaq import Forecast, GainFn, SlaqPolicy, allocate_by_gain
+from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+
+__all__ = ["Outlook", "build_outlook", "min_cores_within", "power_utility", "top_up"]
+
+HORIZON_ITERATIONS = 1.0e6  # without a budget, work is predicted up to this many iterations
+DONE_SHARE = 0.95  # ... until this share of the predicted remaining reduction is done
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """Per-job predictions for one decision; row ``i`` is ``jobs[i]`` (sorted by job id).
+
+    Attributes:
+        jobs: the active jobs' snapshots, in row order.
+        forecast: the brain's forecast (curves, throughput model, caps).
+        done: iterations run so far (losses reported).
+        remaining: predicted iterations still to run (>= 1).
+        elapsed: seconds since each job arrived.
+        useful: most cores that still speed each job up (``>= 1``, ``<= cap``).
+        share: the equal share ``min(cap, capacity / N)`` (fractional).
+        capacity: cores of the cluster.
+    """
+
+    jobs: tuple[JobSnapshot, ...]
+    forecast: Forecast
+    done: np.ndarray
+    remaining: np.ndarray
+    elapsed: np.ndarray
+    useful: np.ndarray
+    share: np.ndarray
+    capacity: int
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Job ids in row order."""
+        return self.forecast.job_ids
+
+    def seconds(self, cores: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Seconds per iteration on ``cores`` (``(R,)`` or ``(R, K)``; fractional allowed)."""
+        speed = self.forecast.speed if rows is None else self.forecast.speed.take(rows)
+        a = np.asarray(cores, dtype=np.float64)
+        t = speed.seconds(np.maximum(a, 1.0))
+        return np.where(a >= 1.0, t, t / np.maximum(a, 1e-12))
+
+    def progress(self, cores: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Predicted normalized loss reduction over the next epoch on ``cores`` (0 for 0)."""
+        fc = self.forecast
+        a = np.asarray(cores, dtype=np.float64)
+        rem = fc.remaining if rows is None else fc.remaining[rows]
+        rem = rem[:, None] if a.ndim > 1 else rem
+        iters = np.minimum(fc.epoch_seconds / self.seconds(a, rows), rem)
+        curves = fc.curves if rows is None else fc.curves.take(rows)
+        return np.where(a > 0, curves.reduction(iters), 0.0)
+
+
+def _remaining(fc: Forecast) -> np.ndarray:
+    """Iterations to the stopping rule: the budget left, else a prediction from the curve."""
+    rem = fc.remaining.copy()
+    open_ended = ~np.isfinite(rem)
+    if open_ended.any():
+        rows = np.flatnonzero(open_ended)
+        curves = fc.curves.take(rows)
+        grid = np.geomspace(1.0, HORIZON_ITERATIONS, 61)
+        red = curves.reduction(np.broadcast_to(grid, (rows.size, grid.size)))
+        target = DONE_SHARE * red[:, -1:]
+        reached = red >= target
+        first = np.where(reached.any(axis=1), reached.argmax(axis=1), grid.size - 1)
+        rem[rows] = grid[first]
+    return np.maximum(rem, 1.0)
+
+
+def build_outlook(snapshot: ClusterSnapshot, forecaster: SlaqPolicy) -> Outlook:
+    """Predictions for every active job of ``snapshot`` (needs at least one job)."""
+    fc = forecaster.forecast(snapshot)
+    by_id = {j.job_id: j for j in snapshot.jobs}
+    jobs = tuple(by_id[i] for i in fc.job_ids)
+    count = len(jobs)
+    done = np.fromiter((len(j.losses) for j in jobs), dtype=np.float64, count=count)
+    arrival = np.fromiter((j.arrival for j in jobs), dtype=np.float64, count=count)
+    capacity = max(int(snapshot.capacity), 1)
+    share = np.minimum(fc.caps.astype(np.float64), capacity / max(count, 1))
+    return Outlook(
+        jobs=jobs, forecast=fc, done=done, remaining=_remaining(fc),
+        elapsed=np.maximum(float(snapshot.now) - arrival, 0.0),
+        useful=np.maximum(fc.useful_cores(), 1), share=share, capacity=capacity,
+    )
+
+
+def min_cores_within(outlook: Outlook, limit: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per job, the fewest whole cores in ``[1, useful]`` with ``t(a) <= limit``.
+
+    ``t`` decreases on that range, so a vectorized bisection finds it; jobs that miss the
+    limit even on ``useful`` cores get ``useful`` (their best).
+    """
+    useful = outlook.useful if rows is None else outlook.useful[rows]
+    lo = np.ones(useful.shape, dtype=np.int64)
+    hi = useful.astype(np.int64).copy()
+    limit = np.asarray(limit, dtype=np.float64)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return hi
+        mid = (lo + hi) // 2
+        ok = outlook.seconds(mid.astype(np.float64), rows) <= limit
+        hi = np.where(open_ & ok, mid, hi)
+        lo = np.where(open_ & ~ok, mid + 1, lo)
+
+
+def power_utility(speedup: np.ndarray, p: float) -> np.ndarray:
+    """A per-job term whose sum the power mean of exponent ``p`` increases with.
+
+    ``s^p`` for ``p > 0``, ``log s`` for ``p = 0``, ``-s^p`` for ``p < 0``.
+    """
+    s = np.maximum(np.asarray(speedup, dtype=np.float64), 1e-12)
+    if p == 0:
+        return np.log(s)
+    return np.sign(p) * s**p
+
+
+def top_up(gain: GainFn, base: np.ndarray, limits: np.ndarray, extra: int,
+           spread: np.ndarray | None = None, min_gain: float = 1e-12) -> np.ndarray:
+    """Add up to ``extra`` cores to ``base`` by largest marginal ``gain`` (SLAQ's greedy).
+
+    ``gain(rows, cores)`` is evaluated at absolute core counts. Cores no marginal gain wants
+    are spread evenly up to ``spread`` (default ``limits``): work-conserving up to the limits.
+    """
+    base = np.maximum(np.asarray(base, dtype=np.int64), 1)
+    limits = np.maximum(np.asarray(limits, dtype=np.int64), base)
+    if extra <= 0 or base.size == 0:
+        return base.copy()
+    shift = base - 1
+
+    def shifted(rows: np.ndarray, cores: np.ndarray) -> np.ndarray:
+        return gain(rows, cores + shift[rows, None])
+
+    spread_caps = limits if spread is None else np.clip(spread, base, limits)
+    alloc = allocate_by_gain(shifted, limits - shift, base.size + int(extra),
+                             spread_caps - shift, min_gain)
+    return alloc + shift
