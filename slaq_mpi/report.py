@@ -29,6 +29,12 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("median_time_to_95", "t95 median s", "{:.1f}"),
     ("mean_time_to_95", "t95 mean s", "{:.1f}"),
     ("makespan", "makespan s", "{:.0f}"),
+    ("total_utility", "utility", "{:.1f}"),
+    ("max_rho", "max rho", "{:.2f}"),
+    ("mean_rho", "mean rho", "{:.2f}"),
+    ("min_speedup", "min speedup", "{:.2f}"),
+    ("mean_speedup", "mean speedup", "{:.2f}"),
+    ("p_mean_speedup", "p-mean speedup", "{:.3f}"),
     ("decision_ms", "decision ms", "{:.2f}"),
 ]
 #: Lower-is-better metrics compared against a baseline policy under the table.

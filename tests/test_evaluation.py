@@ -111,3 +111,80 @@ def test_makespan_and_summary() -> None:
     assert s["reached_90"] == 1.0
     assert s["median_time_to_90"] == pytest.approx(3.0)
     assert reduction_times(run, {"a": 0.0, "b": 0.0}, 50) == pytest.approx([2.0, 6.5])
+
+
+# --- policy-comparison metrics: utility, finish-time fairness, speedup -------------------------
+
+def timed_job(name: str, arrival: float, start: float, n: int, end: float | None = None,
+              utility: dict[str, float] | None = None) -> JobTrace:
+    """n iterations of 1 s each from ``start`` on 4 cores (t(a) = 4 / a); losses 10, 9, ..."""
+    times = start + np.arange(1, n + 1, dtype=float)
+    return JobTrace(name=name, algorithm="x", arrival=arrival, loss=10.0 - np.arange(n, dtype=float),
+                    time=times, cores=np.full(n, 4, dtype=np.int32), iter_seconds=np.ones(n),
+                    end=float(times[-1]) if end is None else end, max_cores=4, l_star=0.0,
+                    utility=utility, scaling=(4.0, 0.0, 0.0))
+
+
+def four_core_run(jobs: list[JobTrace], epoch: float = 4.0) -> RunData:
+    last = max(j.end for j in jobs)
+    et = np.arange(0.0, last, epoch)
+    return RunData(name="t", policy="p", seed=0, capacity=4, epoch_seconds=epoch, mode="simulate",
+                   config="", jobs={j.name: j for j in jobs}, job_names=[j.name for j in jobs],
+                   epoch_time=et, alloc=np.zeros((len(et), len(jobs)), dtype=np.int32),
+                   decision_ms=np.zeros(len(et)), pause_ms=np.zeros(len(et)))
+
+
+def test_total_utility_counts_completion_times() -> None:
+    from slaq_mpi.evaluation import job_utility, total_utility
+
+    spec = {"value": 10.0, "deadline": 4.0, "decay": 2.0}
+    late = timed_job("late", 0.0, 0.0, 5, utility=spec)  # done at 5: halfway down the decay
+    on_time = timed_job("ok", 0.0, 0.0, 3, utility=spec)
+    unfinished = timed_job("open", 0.0, 0.0, 2, end=math.nan, utility=spec)
+    plain = timed_job("plain", 0.0, 0.0, 2)
+    run = four_core_run([late, on_time, unfinished, plain])
+    assert job_utility(late) == pytest.approx(5.0)
+    assert total_utility(run) == pytest.approx(15.0)
+    assert summarize(run, {})["total_utility"] == pytest.approx(15.0)
+
+
+def test_rho_of_a_lone_job_is_one_and_of_queued_jobs_follows_contention() -> None:
+    from slaq_mpi.evaluation import rhos
+
+    assert rhos(four_core_run([timed_job("a", 0.0, 0.0, 10)])).tolist() == pytest.approx([1.0])
+    # fifo: a runs [0, 10) on all 4 cores while b waits, then b runs [10, 20)
+    # a: N = 2 on average -> 2 cores alone -> 20 s isolated: rho 10/20
+    # b: N = (10 + 20)/20 = 1.5 -> 8/3 cores -> 15 s isolated: rho 20/15
+    run = four_core_run([timed_job("a", 0.0, 0.0, 10), timed_job("b", 0.0, 10.0, 10)])
+    assert rhos(run).tolist() == pytest.approx([0.5, 4.0 / 3.0])
+    row = summarize(run, {})
+    assert row["max_rho"] == pytest.approx(4.0 / 3.0)
+    assert row["mean_rho"] == pytest.approx((0.5 + 4.0 / 3.0) / 2)
+
+
+def test_speedups_against_the_equal_share() -> None:
+    from slaq_mpi.evaluation import speedups
+
+    alone = four_core_run([timed_job("a", 0.0, 0.0, 10)])
+    assert speedups(alone, {"a": 0.0}).tolist() == pytest.approx([1.0])
+    # fifo on 4 s epochs; the first loss is the initial model's, so q = 1, 1, .9, .8, ...
+    # a: epochs [0,4) 0.3/0.1, [4,8) 0.4/0.2, [8,10) 0.2/0.1 -> (4*3 + 4*2 + 2*2) / 10 = 2.4
+    # b: waits [0,8) (0 each), then [8,12) 0.1/0.1, [12,16) and [16,20) alone: 1 -> 12/20
+    run = four_core_run([timed_job("a", 0.0, 0.0, 10), timed_job("b", 0.0, 10.0, 10)])
+    got = speedups(run, {"a": 0.0, "b": 0.0})
+    assert got.tolist() == pytest.approx([2.4, 0.6])
+    row = summarize(run, {"a": 0.0, "b": 0.0})
+    assert row["min_speedup"] == pytest.approx(0.6)
+    assert row["mean_speedup"] == pytest.approx(1.5)
+    assert row["p_mean_speedup"] == pytest.approx(2.0 / (1 / 2.4 + 1 / 0.6))
+
+
+def test_power_mean() -> None:
+    from slaq_mpi.evaluation import power_mean
+
+    v = np.array([1.0, 4.0, np.nan])
+    assert power_mean(v, -1.0) == pytest.approx(1.6)
+    assert power_mean(v, 0.0) == pytest.approx(2.0)
+    assert power_mean(v, 1.0) == pytest.approx(2.5)
+    assert power_mean(np.array([0.0, 3.0]), -1.0) == 0.0
+    assert math.isnan(power_mean(np.array([np.nan])))

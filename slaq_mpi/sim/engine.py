@@ -245,4 +245,6 @@ def _trace(s: _State) -> JobTrace:
         convergence=job.convergence, l_star=job.l_star, max_cores=job.max_cores,
         attained_core_seconds=s.attained,
         throughput=np.array(s.throughput, dtype=np.float64).reshape(-1, 2),
+        utility=dict(s.utility) if s.utility else None,
+        scaling=(job.scaling.work, job.scaling.overhead, job.scaling.comm),
     )

@@ -3,7 +3,8 @@
 Schema: root attrs name, policy, seed, capacity, epoch_seconds, mode, config.
 ``/jobs/<name>``: datasets loss, time, iter_seconds (f8), cores (i4), throughput (k, 2) f8
 (cores, seconds/iteration per epoch run); attrs algorithm, arrival, start, end, status, reason,
-convergence, max_cores, attained_core_seconds and (simulator only) l_star. ``/epochs``: time
+convergence, max_cores, attained_core_seconds and (simulator only) l_star, utility (JSON of
+the job's ``utility:`` spec, if any) and scaling (work, overhead, comm). ``/epochs``: time
 (E,) f8, alloc (E, J) i4 with columns in the order of ``job_names`` (J,) utf-8 strings,
 decision_ms (E,), pause_ms (E,) f8, moved (E,) i1.
 The same schema as :mod:`slaq_mpi.metrics` (real runs); either reads the other's files.
@@ -11,6 +12,7 @@ The same schema as :mod:`slaq_mpi.metrics` (real runs); either reads the other's
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -51,6 +53,10 @@ def write_metrics(path: str | Path, run: RunData) -> None:
                 g.attrs["l_star"] = float(job.l_star)
             g.attrs["max_cores"] = int(job.max_cores)
             g.attrs["attained_core_seconds"] = float(job.attained_core_seconds)
+            if job.utility:
+                g.attrs["utility"] = json.dumps(job.utility, sort_keys=True)
+            if job.scaling is not None:
+                g.attrs["scaling"] = np.asarray(job.scaling, dtype="f8")
             thr = job.throughput if job.throughput is not None else np.zeros((0, 2))
             g.create_dataset("throughput", data=np.asarray(thr, dtype="f8").reshape(-1, 2))
         ep = f.create_group("epochs")
@@ -98,6 +104,8 @@ def read_metrics(path: str | Path) -> RunData:
                 attained_core_seconds=float(ga.get("attained_core_seconds", 0.0)),
                 throughput=np.asarray(g["throughput"][()], dtype=np.float64).reshape(-1, 2)
                 if "throughput" in g else None,
+                utility=json.loads(_text(ga["utility"])) if "utility" in ga else None,
+                scaling=tuple(float(x) for x in ga["scaling"]) if "scaling" in ga else None,
             )
         ep = f.get("epochs")
         if ep is not None and "time" in ep:

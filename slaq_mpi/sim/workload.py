@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi.policies.utility import validate_utility
 from slaq_mpi.sim.curves import Curve, CurveLibrary, analytic_curve, extend
 from slaq_mpi.sim.scaling import ScalingModel
 from slaq_mpi.sim.settings import SimSettings
@@ -124,6 +125,8 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
         width = len(str(wl.jobs - 1))
         picks = [(templates[w], float(a), f"{templates[w].name}-{i:0{width}d}", wl.size_jitter)
                  for i, (w, a) in enumerate(zip(which, arrivals, strict=True))]
+    utilities = {t.name: None if t.utility is None else validate_utility(t.utility, f"jobs[{i}].utility")
+                 for i, t in enumerate(templates)}
     out: list[SimJob] = []
     conv_cache: dict[str, str] = {}
     for i, (tpl, arrival, name, jitter) in enumerate(picks):
@@ -148,7 +151,7 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
             stop_iter=stop,
             max_iterations=tpl.stop.max_iterations,
             curve_name=curve.name,
-            utility=tpl.utility,
+            utility=utilities[tpl.name],
             template=tpl.name,
         ))
     out.sort(key=lambda j: (j.arrival, j.name))
