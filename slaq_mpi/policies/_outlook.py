@@ -9,7 +9,9 @@ fractional) core count ``a``:
 * remaining iterations to the stopping rule (``max_iterations`` minus iterations run; without
   a budget, the iterations until 95% of the predicted remaining normalized reduction is done);
 * the predicted normalized loss reduction over the next epoch (SLAQ's currency);
-* the equal share ``min(cap, capacity / N)`` of the ``N`` active jobs.
+* the equal share ``min(cap, capacity / N)`` of the ``N`` active jobs;
+* useful cores: the most cores that still make an iteration faster (1 for a job predicted to
+  have no parallel work).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = ["Outlook", "build_outlook", "min_cores_within", "power_utility", "top
 
 HORIZON_ITERATIONS = 1.0e6  # without a budget, work is predicted up to this many iterations
 DONE_SHARE = 0.95  # ... until this share of the predicted remaining reduction is done
+FLAT_SPEEDUP = 1e-6  # a job whose useful cores are not this much faster than 1 core uses 1
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,13 @@ def build_outlook(snapshot: ClusterSnapshot, forecaster: SlaqPolicy) -> Outlook:
     arrival = np.fromiter((j.arrival for j in jobs), dtype=np.float64, count=count)
     capacity = max(int(snapshot.capacity), 1)
     share = np.minimum(fc.caps.astype(np.float64), capacity / max(count, 1))
+    useful = np.maximum(fc.useful_cores(), 1)
+    t1, tu = fc.speed.seconds(np.ones(count)), fc.speed.seconds(useful.astype(np.float64))
+    useful = np.where(tu < t1 * (1.0 - FLAT_SPEEDUP), useful, 1)  # no parallel work: 1 core
     return Outlook(
         jobs=jobs, forecast=fc, done=done, remaining=_remaining(fc),
         elapsed=np.maximum(float(snapshot.now) - arrival, 0.0),
-        useful=np.maximum(fc.useful_cores(), 1), share=share, capacity=capacity,
+        useful=useful, share=share, capacity=capacity,
     )
 
 
@@ -116,7 +122,7 @@ def min_cores_within(outlook: Outlook, limit: np.ndarray, rows: np.ndarray | Non
     useful = outlook.useful if rows is None else outlook.useful[rows]
     lo = np.ones(useful.shape, dtype=np.int64)
     hi = useful.astype(np.int64).copy()
-    limit = np.asarray(limit, dtype=np.float64)
+    limit = np.asarray(limit, dtype=np.float64) * (1.0 + 1e-9)  # equality counts despite rounding
     while True:
         open_ = lo < hi
         if not open_.any():

@@ -89,7 +89,7 @@ class FinishTimeFairPolicy:
             return dict(zip(out.ids, alloc.tolist(), strict=True))
         best = predicted_rho(out, out.useful.astype(np.float64))
         worst = predicted_rho(out, np.ones(count))
-        lo, hi = float(best.max()), float(max(worst.max(), best.max()))
+        lo, hi = float(best.max()), float(max(worst.max(), best.max())) * (1.0 + 1e-9)
         if int(self._needed(out, lo).sum()) > capacity:
             llo, lhi = math.log(lo), math.log(hi)
             for _ in range(_BISECTIONS):
@@ -104,6 +104,8 @@ class FinishTimeFairPolicy:
         base = self._needed(out, hi * self.slack)
         if int(base.sum()) > capacity:  # slack rounding: fall back to the exact target
             base = self._needed(out, hi)
+        if int(base.sum()) > capacity:  # cannot happen (one core each meets hi); never overbook
+            base = np.ones(count, dtype=np.int64)
         fc = out.forecast
 
         def gain(rows: np.ndarray, cores: np.ndarray) -> np.ndarray:

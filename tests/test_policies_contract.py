@@ -1,0 +1,60 @@
+"""Every registered policy keeps the contract on seeded random snapshots (including jobs whose
+iterations do not get faster with cores, where ties in predicted finish times are exact)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from slaq_mpi.policies import POLICY_NAMES, get_policy
+from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+
+
+def random_snapshot(seed: int) -> ClusterSnapshot:
+    rng = np.random.default_rng([seed, 7])
+    capacity = int(rng.integers(1, 40))
+    jobs = []
+    for i in range(int(rng.integers(1, 12))):
+        n = int(rng.integers(0, 60))
+        k = np.arange(n, dtype=np.float64)
+        losses = 1.0 / (1.0 + rng.uniform(0.01, 1.0) * k) + rng.uniform(0, 1)
+        serial = rng.random() < 0.4  # all serial: t(a) is the same on any core count
+        alpha, beta = (0.0, 0.1) if serial else (rng.uniform(0.1, 2.0), rng.uniform(0.0, 0.1))
+        seen = rng.choice([1, 2, 3, 5], size=int(rng.integers(0, 4)))
+        obs = tuple((int(c), alpha / c + beta) for c in seen)
+        util: tuple[tuple[str, float], ...] = ()
+        if rng.random() < 0.6:
+            util = (("deadline", float(rng.uniform(0, 80))), ("decay", float(rng.uniform(0, 30))),
+                    ("value", float(rng.uniform(0, 10))))
+        jobs.append(JobSnapshot(
+            job_id=f"j{i}", losses=tuple(losses.tolist()), throughput=obs, cores=int(rng.integers(0, 4)),
+            max_cores=int(rng.integers(1, 20)), arrival=float(rng.uniform(0, 30)),
+            attained_core_seconds=float(rng.uniform(0, 50)), utility=util,
+            max_iterations=None if rng.random() < 0.3 else n + int(rng.integers(1, 300))))
+    return ClusterSnapshot(capacity=capacity, now=30.0, epoch_seconds=2.0, jobs=tuple(jobs))
+
+
+@pytest.mark.parametrize("name", [n for n in POLICY_NAMES if n in ("goodput", "finish-time-fair", "utility")])
+def test_allocations_respect_capacity_and_caps(name: str) -> None:
+    for seed in range(60):
+        snap = random_snapshot(seed)
+        alloc = get_policy(name).allocate(snap)
+        caps = {j.job_id: j.max_cores for j in snap.jobs}
+        assert set(alloc) <= set(caps), (name, seed)
+        assert all(isinstance(v, int) and 0 <= v <= caps[k] for k, v in alloc.items()), (name, seed, alloc)
+        assert sum(alloc.values()) <= snap.capacity, (name, seed, alloc)
+        if snap.capacity >= len(snap.jobs) and name != "utility":
+            assert all(alloc[j.job_id] >= 1 for j in snap.jobs), (name, seed, alloc)
+        assert get_policy(name).allocate(snap) == alloc  # deterministic
+
+
+def test_finish_time_fair_with_serial_jobs_does_not_overbook() -> None:
+    # regression: equal predicted rho on every core count once made the worst job ask for all
+    serial = tuple((c, 0.1) for c in (1, 2, 4))
+    k = np.arange(150, dtype=np.float64)
+    jobs = tuple(JobSnapshot(job_id=f"s{i}", losses=tuple((1.0 / (1.0 + 0.1 * k) + 0.1).tolist()),
+                             throughput=serial, cores=1, max_cores=7, arrival=6.0 * i, max_iterations=500)
+                 for i in range(3))
+    for now in np.linspace(26.0, 31.0, 11):
+        alloc = get_policy("finish-time-fair").allocate(ClusterSnapshot(7, float(now), 2.0, jobs))
+        assert sum(alloc.values()) <= 7 and min(alloc.values()) >= 1
