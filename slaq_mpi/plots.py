@@ -5,7 +5,9 @@
 * ``time_to_reduction.png``: mean time to reach each loss-reduction percentage, one line per
   run (Figure 5);
 * ``core_share.png``: share of the cores held by the high / medium / low-loss jobs over time,
-  one panel per run with three series (Figure 3).
+  one panel per run with three series (Figure 3);
+* ``fairness.png``: every job's finish-time fairness ``rho`` and measured speedup, sorted, one
+  line per run in each of two panels (docs/policies.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from slaq_mpi.evaluation import (  # noqa: E402
     core_share_by_loss_group,
     evaluation_grid,
     reduction_times,
+    rhos,
+    speedups,
 )
 
 __all__ = ["REDUCTION_PERCENTS", "write_plots"]
@@ -90,6 +94,19 @@ def write_plots(runs: Mapping[str, RunData], l_star: Mapping[str, float],
     axes[0, 0].legend(loc="upper right", fontsize=8)
     axes[-1, 0].set_xlabel("time (s)")
     written[_save(fig, out / "core_share.png")] = _series_count(fig)
+
+    fig, (ax_rho, ax_speed) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, run in runs.items():
+        for ax, values in ((ax_rho, rhos(run)), (ax_speed, speedups(run, l_star))):
+            v = np.sort(values[~np.isnan(values)])
+            ax.plot(np.arange(1, len(v) + 1), v, marker=".", label=label)
+    ax_rho.set_ylabel("finish-time fairness rho (lower is fairer)")
+    ax_speed.set_ylabel("speedup over the equal share")
+    for ax in (ax_rho, ax_speed):
+        ax.set_xlabel("jobs, sorted")
+        ax.axhline(1.0, color="grey", linewidth=0.6)
+    ax_rho.legend(fontsize=8)
+    written[_save(fig, out / "fairness.png")] = _series_count(fig)
     return written
 
 

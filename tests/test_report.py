@@ -68,6 +68,11 @@ def test_table_and_json(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> No
     data = json.loads(out[-1])
     assert set(data["runs"]) == {"fair", "fifo"}
     assert 0 <= data["runs"]["fair"]["avg_normalized_loss"] <= 1
+    for header in ("utility", "max rho", "mean rho", "p-mean speedup"):
+        assert header in out[0]
+    fair = data["runs"]["fair"]
+    assert fair["max_rho"] >= fair["mean_rho"] > 0  # read back from metrics.h5 (true scaling)
+    assert 0 < fair["min_speedup"] <= fair["mean_speedup"]
 
 
 def test_repeated_policies_get_unique_labels(sim_dir: Path) -> None:
@@ -98,6 +103,7 @@ def test_pngs_are_valid_with_expected_series(sim_dir: Path, tmp_path: Path) -> N
         "avg_normalized_loss.png": 2,   # one line per run
         "time_to_reduction.png": 2,     # one line per run
         "core_share.png": 6,            # high / medium / low per run
+        "fairness.png": 6,              # rho and speedup per run, plus two reference lines
     }
     for path in written:
         assert path.read_bytes()[:8] == PNG_MAGIC
@@ -111,7 +117,7 @@ def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path) -> None:
     args = parse(["report", str(sim_dir / "fair"), str(sim_dir / "fifo"), "--out", str(tmp_path)])
     assert args.func(args) == 0
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
-        "avg_normalized_loss.png", "core_share.png", "time_to_reduction.png"]
+        "avg_normalized_loss.png", "core_share.png", "fairness.png", "time_to_reduction.png"]
 
 
 def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
