@@ -120,27 +120,35 @@ class Worker:
         self.iteration, self.last_loss = done, last_loss
 
     def _epoch(self, plan: Plan, received: float) -> None:
+        """Iterate until the epoch deadline, checking with the group only between chunks.
+
+        Every rank runs the same number of iterations: the leader sizes each chunk from its
+        iteration times so that the epoch ends just before the deadline (an overrun keeps
+        every other job waiting for the next plan), and one small allreduce per chunk (a
+        handful per epoch) shares that size and any solver error. Stopping rules and NaN
+        checks use the global loss, which every rank sees, so ranks agree without talking.
+        """
         assert self.group is not None and self.solver is not None and self.job is not None
         job = self.jobs[self.job]
         leader = self.group.rank == 0
         deadline = received + plan.epoch_seconds
         wall_deadline = time.time() + (deadline - time.monotonic())
         report = Report(self.job, plan.epoch, self.group.size, [], [], [], time.time(), wall_deadline)
+        status, reason = "running", ""
+        chunk = 1
         while True:
-            t0 = time.monotonic()
             error = ""
-            try:
-                loss = self.solver.step()
-            except Exception as exc:
-                loss = math.nan
-                error = f"solver raised {exc.__class__.__name__}: {exc}"
-                print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
-                      f"{traceback.format_exc()}", file=sys.stderr, flush=True)
-            t1 = time.monotonic()
-            status, reason = "running", ""
-            if error:
-                status, reason = "failed", error
-            else:
+            for _ in range(chunk):
+                t0 = time.monotonic()
+                try:
+                    loss = self.solver.step()
+                except Exception as exc:
+                    error = f"solver raised {exc.__class__.__name__}: {exc}"
+                    print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
+                          f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+                    status, reason = "failed", error
+                    break
+                t1 = time.monotonic()
                 self.iteration += 1
                 report.losses.append(loss)
                 report.iter_seconds.append(t1 - t0)
@@ -150,17 +158,19 @@ class Worker:
                 elif job.stop.done_after(self.iteration, self.last_loss, loss):
                     status = "done"
                 self.last_loss = loss
-            # Stop before the deadline when the next iteration would likely overrun it: an
-            # overrun keeps every other job waiting for the next plan.
-            recent = report.iter_seconds[-2:] or [t1 - t0]
-            stop_epoch = status != "running" or t1 + 1.25 * max(recent) > deadline
-            flags = self.group.allreduce(
-                np.array([float(bool(error)), float(leader and stop_epoch)]), op="max"
-            )
+                if status != "running":
+                    break
+            next_chunk = 0
+            if leader and status == "running":
+                est = max(report.iter_seconds[-2:])
+                left = deadline - time.monotonic() - 0.25 * est
+                next_chunk = max(0, int(min(left, max(plan.epoch_seconds / 4, est)) / max(est, 1e-9)))
+            flags = self.group.allreduce(np.array([float(bool(error)), float(next_chunk)]), op="max")
             if flags[0] and status != "failed":
                 status, reason = "failed", "solver raised on another rank of the group (see the log)"
-            if flags[0] or flags[1]:
+            if status != "running" or flags[1] < 1:
                 break
+            chunk = int(flags[1])
         report.status, report.reason = status, reason
         if leader:
             comm.send_report(report)
