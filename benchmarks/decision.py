@@ -2,8 +2,10 @@
 
 A seeded synthetic workload of ``--jobs`` jobs (50-200 losses each from sublinear and linear
 curves with noise, a few throughput observations, mixed max cores) on ``--capacity`` cores.
-Successive epochs append a few losses per job; the ``slaq`` policy object persists across
-them (its caches and warm state are part of the design). Each decision fits every job,
+Successive epochs append ``GROW`` losses and one throughput observation per job; the ``slaq``
+policy object persists across them, so its fits are warm-started from the previous epoch's
+parameters (refined with the new points) as in a live run. ``cold_ms`` is the first decision
+of a fresh policy object (every job fitted from scratch). Each decision fits every job,
 predicts, and allocates.
 
 The reference is the straightforward implementation, timed in the same run: one
@@ -68,12 +70,15 @@ def workload(jobs: int, epochs: int, seed: int) -> list[dict]:
 
 
 def snapshot(work: list[dict], epoch: int, capacity: int) -> ClusterSnapshot:
-    """The cluster at ``epoch``: every job shows ``n0 + GROW * epoch`` losses."""
+    """The cluster at ``epoch``: every job shows ``n0 + GROW * epoch`` losses and one more
+    throughput observation per epoch (on its last core count)."""
     jobs = []
     for w in work:
         n = w["n0"] + GROW * epoch
         al, be, ga = w["law"]
-        obs = tuple((c, al / c + be + ga * math.log2(c)) for c in w["cores"])
+        cores = w["cores"] + [w["cores"][-1]] * epoch
+        obs = tuple((c, (al / c + be + ga * math.log2(c)) * (1.0 + 0.01 * (i % 3)))
+                    for i, c in enumerate(cores))
         jobs.append(JobSnapshot(
             job_id=w["id"], losses=tuple(w["curve"][:n].tolist()), throughput=obs,
             cores=w["cores"][-1], max_cores=w["max_cores"], convergence=w["kind"],

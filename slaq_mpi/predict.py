@@ -16,8 +16,12 @@ have a closed-form weighted least-squares solution, and all the sums it needs ar
 residual allowed by its declared convergence class (both families for ``"unknown"``), then a
 few batched Levenberg-Marquardt steps refine all four parameters of every job together.
 
+With a warm start (:func:`fit_windows_warm`) a job whose window is full skips the grid and
+refines its previous parameters with the few new points.
+
 Losses are *normalized* as in the paper: a job's loss reduction is divided by the largest
-one-iteration reduction seen so far for that job (:func:`normalize_drops`). Jobs with too
+one-iteration reduction seen so far for that job (:func:`normalize_drops`); or, with
+:attr:`CurveFit.span` set, by the job's estimated ``L_0 - L*``. Jobs with too
 few losses, or whose losses never decreased, fall back to a prior; nothing returns NaN.
 """
 
@@ -25,10 +29,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import chain
 
 import numpy as np
+
+from slaq_mpi.fitting import (
+    FAMILY_FLAT,
+    FAMILY_LINEAR,
+    FAMILY_PRIOR,
+    FAMILY_SUBLINEAR,
+    MIN_FULL_POINTS,
+    coarse,
+    refine,
+    shape,
+    shift_params,
+)
 
 __all__ = [
     "FAMILY_FLAT",
@@ -38,6 +53,8 @@ __all__ = [
     "CurveFit",
     "fit_curves",
     "fit_windows",
+    "fit_windows_warm",
+    "FamilyParams",
     "class_codes",
     "history_windows",
     "max_drops",
@@ -46,19 +63,19 @@ __all__ = [
     "tail_windows",
 ]
 
-FAMILY_PRIOR = 0
-FAMILY_SUBLINEAR = 1
-FAMILY_LINEAR = 2
-FAMILY_FLAT = 3
 
 DEFAULT_WINDOW = 16
 DEFAULT_DECAY = 6.0
 SKIP_INITIAL_AFTER = 6  # the initial model's loss is left out of fits of longer histories
 MIN_FIT_POINTS = 3  # fewer losses: the prior
-MIN_FULL_POINTS = 5  # fewer losses: one nonlinear parameter only
 REFINE_STEPS = 3
+WARM_STEPS = 2  # refinement steps of a warm-started fit
+WARM_DEGRADE = 2.0  # a warm fit whose residual grew more than this factor is redone cold
+WARM_RMS_FLOOR = 1e-3  # ... unless its residual is below this share of the window's range
 YOUNG_EXTRA_STEPS = 12  # more refinement for jobs whose history is shorter than the window
 UNKNOWN_LINEAR_MARGIN = 0.5  # unknown class: linear wins if its residual is below this share
+SPAN_PRIOR_C = 1.0  # span prior: half of L_0 - L* in the first iteration
+SPAN_PRIOR_EVIDENCE = 1.0  # span units: the prior counts as this many iterations of evidence
 PRIOR_SCALE = 5.0  # the prior's total normalized reduction from iteration 0
 _CLASS_CODES = {"sublinear": 1, "linear": 2}
 
@@ -92,47 +109,12 @@ def prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.nd
     return s * x1 / (s + x1) - s * x0 / (s + x0)
 
 
-# --- curve shapes and the coarse grid of nonlinear parameters ------------------------------
-
-
-def _shape(family: np.ndarray, p1: np.ndarray, p2: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Curve shapes ``h(u)`` with ``h(0) = 1``, broadcasting the parameters against ``u``.
-
-    Sublinear: ``1 / (1 + p1 u + p2 u^2)`` (0 where that is not positive); linear: ``exp(-p1 u)``.
-    """
-    sub = family == FAMILY_SUBLINEAR
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        q = 1.0 + (np.where(sub, p1, 0.0) + np.where(sub, p2, 0.0) * u) * u
-        h_sub = np.where(q > 0, 1.0 / q, 0.0)
-        h_lin = np.exp(-np.where(sub, 0.0, p1) * u)
-    return np.where(sub, h_sub, h_lin)
-
-
-@dataclass(frozen=True)
-class _Grid:
-    family: np.ndarray  # (G,) FAMILY_SUBLINEAR or FAMILY_LINEAR
-    p1: np.ndarray  # 1/k1 + 1/k2 (sublinear) or r (linear)
-    p2: np.ndarray  # 1/(k1 k2) (sublinear) or 0
-    pole: np.ndarray  # 1/k1: the shape has a pole at u = -k1 (sublinear), else 0
-    simple: np.ndarray  # (G,) one nonlinear parameter only (usable with 3-4 points)
-    basis: np.ndarray  # (G, W): the shape at u = -(W-1) .. 0
-    basis_sq: np.ndarray
-
-
-@lru_cache(maxsize=8)
-def _grid(window: int) -> _Grid:
-    nus = np.concatenate([3.0 ** -np.arange(0, 9, dtype=np.float64) * 1.2, [0.0]])
-    pairs = [(a, b) for i, a in enumerate(nus) for b in nus[i:] if a > 0]
-    rates = np.geomspace(1.0e-3, 3.0, 14)
-    family = np.concatenate(
-        [np.full(len(pairs), FAMILY_SUBLINEAR), np.full(len(rates), FAMILY_LINEAR)]
-    ).astype(np.int8)
-    p1 = np.concatenate([[a + b for a, b in pairs], rates])
-    p2 = np.concatenate([[a * b for a, b in pairs], np.zeros(len(rates))])
-    pole = np.concatenate([[a for a, _ in pairs], np.zeros(len(rates))])
-    u = np.arange(-(window - 1), 1, dtype=np.float64)
-    basis = _shape(family[:, None], p1[:, None], p2[:, None], u[None, :])
-    return _Grid(family, p1, p2, pole, p2 == 0, basis, basis * basis)
+def span_prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.ndarray:
+    """The prior in units of ``L_0 - L*``: cumulative ``x / (c + x)`` (``c = SPAN_PRIOR_C``)."""
+    x0 = np.maximum(np.asarray(done, dtype=np.float64), 0.0)
+    x1 = x0 + np.maximum(np.asarray(more, dtype=np.float64), 0.0)
+    c = SPAN_PRIOR_C
+    return x1 / (c + x1) - x0 / (c + x0)
 
 
 # --- fitted curves ------------------------------------------------------------------------
@@ -153,6 +135,9 @@ class CurveFit:
         n: losses seen (iterations run).
         max_drop: the largest one-iteration reduction seen (the normalizer; 0 if none).
         rms: weighted RMS residual of the fit, relative to the window's loss range.
+        span: the normalizer of :meth:`reduction` in loss units: ``L_0 - L*`` (first loss minus
+            the estimated final loss, the paper's normalized-loss scale), or 0 for SLAQ's
+            max-drop normalization.
     """
 
     family: np.ndarray
@@ -164,13 +149,15 @@ class CurveFit:
     n: np.ndarray
     max_drop: np.ndarray
     rms: np.ndarray
+    span: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.family.shape[0])
 
     def take(self, rows: np.ndarray) -> CurveFit:
         """The fits of the jobs ``rows`` (an index array), in that order."""
-        return CurveFit(**{f: getattr(self, f)[rows] for f in self.__dataclass_fields__})
+        return CurveFit(**{f: None if getattr(self, f) is None else getattr(self, f)[rows]
+                           for f in self.__dataclass_fields__})
 
     def _col(self, arr: np.ndarray, more: np.ndarray) -> np.ndarray:
         return arr.reshape(arr.shape + (1,) * (more.ndim - 1)) if more.ndim > 1 else arr
@@ -185,7 +172,7 @@ class CurveFit:
         m = np.broadcast_to(m, self.family.shape) if m.ndim == 0 else m
         fam, p1, p2 = (self._col(a, m) for a in (self.family, self.p1, self.p2))
         amp, max_drop, n = (self._col(a, m) for a in (self.amp, self.max_drop, self.n))
-        fitted = amp * (1.0 - _shape(fam, p1, p2, m))
+        fitted = amp * (1.0 - shape(fam, p1, p2, m))
         prior = max_drop * prior_reduction(np.maximum(n - 1, 0), m)
         out = np.where(fam == FAMILY_PRIOR, prior, np.where(fam == FAMILY_FLAT, 0.0, fitted))
         out = np.minimum(out, m * max_drop * 1.5 + 0.0)
@@ -205,10 +192,15 @@ class CurveFit:
         m = np.maximum(np.asarray(more, dtype=np.float64), 0.0)
         m = np.broadcast_to(m, self.family.shape) if m.ndim == 0 else m
         fam, max_drop, n = (self._col(a, m) for a in (self.family, self.max_drop, self.n))
+        span = np.zeros_like(max_drop) if self.span is None else self._col(self.span, m)
+        unit = np.where(span > 0, span, max_drop)
         with np.errstate(divide="ignore", invalid="ignore"):
-            fitted = np.where(max_drop > 0, self.drop(m) / max_drop, 0.0)
-        prior = prior_reduction(np.maximum(n - 1, 0), m)
-        out = np.where(fam == FAMILY_PRIOR, prior, fitted)
+            fitted = np.where(unit > 0, self.drop(m) / unit, 0.0)
+        done = np.maximum(n - 1, 0)
+        prior = np.where(span > 0, span_prior_reduction(done, m), prior_reduction(done, m))
+        # span units: the fit of a short history is blended with the prior (little evidence yet)
+        w = np.where(span > 0, SPAN_PRIOR_EVIDENCE / (SPAN_PRIOR_EVIDENCE + done), 0.0)
+        out = np.where(fam == FAMILY_PRIOR, prior, (1.0 - w) * fitted + w * prior)
         return np.nan_to_num(np.clip(out, 0.0, None), nan=0.0, posinf=0.0)
 
 
@@ -280,149 +272,20 @@ def history_windows(
     return values, mask, n, max_drops(histories)
 
 
-# --- the batched fit ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class FamilyParams:
+    """Per job and family (column 0 sublinear, 1 linear): the fitted nonlinear parameters and
+    the fit's weighted RMS residual (relative to the window's loss range); NaN where that family
+    was not fitted. What :func:`fit_windows_warm` returns to warm-start the next fit."""
 
+    p1: np.ndarray
+    p2: np.ndarray
+    rms: np.ndarray
 
-def _coarse(
-    y: np.ndarray, w: np.ndarray, valid_n: np.ndarray, family: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Best grid point of ``family`` per job: ``(p1, p2, amp, offset, sse)`` (sse inf: none)."""
-    jobs, window = y.shape
-    grid = _grid(window)
-    cols = np.flatnonzero(grid.family == family)
-    basis = grid.basis[cols]
-    wy = w * y
-    s_w = w.sum(axis=1)[:, None]
-    s_y = wy.sum(axis=1)[:, None]
-    s_yy = (wy * y).sum(axis=1)[:, None]
-    s_e = w @ basis.T
-    s_ee = w @ grid.basis_sq[cols].T
-    s_ey = wy @ basis.T
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        det = s_w * s_ee - s_e * s_e
-        amp = (s_w * s_ey - s_e * s_y) / det
-        off = (s_y - amp * s_e) / s_w
-        sse = s_yy - amp * s_ey - off * s_y
-        good = (det > 1e-12 * s_w * s_ee) & (amp > 0)
-    short = np.flatnonzero(valid_n < window)
-    if short.size:  # a pole must lie before the first point; few points: one parameter only
-        nu_max = 1.0 / np.maximum(valid_n[short] - 0.75, 0.25)
-        ok = grid.pole[cols][None, :] < nu_max[:, None]
-        ok &= (valid_n[short, None] >= MIN_FULL_POINTS) | grid.simple[cols][None, :]
-        good[short] &= ok
-    sse = np.where(good, np.maximum(sse, 0.0), np.inf)
-    best = np.argmin(sse, axis=1)
-    rows = np.arange(jobs)
-    return grid.p1[cols][best], grid.p2[cols][best], amp[rows, best], off[rows, best], sse[rows, best]
-
-
-def _project(
-    p1: np.ndarray, p2: np.ndarray, sub: bool, u: np.ndarray, w: np.ndarray, wy: np.ndarray,
-    s_w: np.ndarray, s_y: np.ndarray, s_yy: np.ndarray, valid: np.ndarray,
-) -> tuple[np.ndarray, ...]:
-    """Shapes and the optimal linear parameters for nonlinear ``(p1, p2)`` per job.
-
-    Returns ``(h, amp, off, sse, dh1, dh2)``; ``sse`` is inf where the shape has a pole in the
-    window or the best amplitude is not positive.
-    """
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        if sub:
-            q = 1.0 + u * (p1[:, None] + p2[:, None] * u)
-            h = 1.0 / q
-            dh1 = -u * h * h
-            dh2 = dh1 * u
-            bad = ((q <= 0) & valid).any(axis=1)
-        else:
-            h = np.exp(-p1[:, None] * u)
-            dh1 = -u * h
-            dh2 = dh1
-            bad = ~np.isfinite(h).all(axis=1)
-        s_h = np.einsum("jw,jw->j", w, h)
-        s_hh = np.einsum("jw,jw->j", w * h, h)
-        s_hy = np.einsum("jw,jw->j", wy, h)
-        det = s_w * s_hh - s_h * s_h
-        amp = (s_w * s_hy - s_h * s_y) / det
-        off = (s_y - amp * s_h) / s_w
-        sse = s_yy - amp * s_hy - off * s_y
-    bad |= ~np.isfinite(sse) | ~(det > 1e-12 * s_w * s_hh) | ~(amp > 0)
-    return h, amp, off, np.where(bad, np.inf, np.maximum(sse, 0.0)), dh1, dh2
-
-
-def _kaufman(
-    g: np.ndarray, g_same: np.ndarray, w: np.ndarray, wh: np.ndarray, wr: np.ndarray,
-    gram: tuple[np.ndarray, np.ndarray, np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """For a derivative column ``g``: its projected squared norm, its product with the
-    residual, and its products with ``h`` and ``1`` (weighted by ``w``)."""
-    s_w, s_h, s_hh = gram
-    hg = np.einsum("jw,jw->j", wh, g)
-    one = np.einsum("jw,jw->j", w, g)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        det = s_w * s_hh - s_h * s_h
-        inside = (hg * (s_w * hg - s_h * one) + one * (s_hh * one - s_h * hg)) / det
-        norm = np.einsum("jw,jw->j", w * g, g_same) - inside
-    return norm, np.einsum("jw,jw->j", wr, g), hg, one
-
-
-def _refine(
-    p1: np.ndarray, p2: np.ndarray, sub: bool, y: np.ndarray, w: np.ndarray, valid: np.ndarray,
-    free2: np.ndarray, steps: int,
-) -> tuple[np.ndarray, ...]:
-    """Batched variable-projection Gauss-Newton (Levenberg-Marquardt damped) on the nonlinear
-    parameters of one family's jobs; the amplitude and offset are always the exact weighted
-    least-squares optimum for the current shape.
-
-    Returns ``(p1, p2, amp, off, sse)``. Bounds: sublinear ``p1, p2 >= 0`` (``p2`` stays 0
-    unless ``free2``); linear ``1e-5 <= p1 <= 5``.
-    """
-    jobs, window = y.shape
-    u = np.arange(-(window - 1), 1, dtype=np.float64)[None, :]
-    wy = w * y
-    s_w = w.sum(axis=1)
-    s_y = wy.sum(axis=1)
-    s_yy = np.einsum("jw,jw->j", wy, y)
-    args = (sub, u, w, wy, s_w, s_y, s_yy, valid)
-    h, amp, off, sse, dh1, dh2 = _project(p1, p2, *args)
-    lam = np.full(jobs, 1e-3)
-    two = sub & free2
-    for _ in range(steps):
-        # Kaufman's Jacobian: derivative columns with their part in span{h, 1} removed
-        wh = w * h
-        s_h = wh.sum(axis=1)
-        gram = (s_w, s_h, np.einsum("jw,jw->j", wh, h))
-        wr = w * (amp[:, None] * h + off[:, None] - y)
-        g1 = amp[:, None] * dh1
-        m11, r1, hg1, one1 = _kaufman(g1, g1, w, wh, wr, gram)
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            if sub:
-                g2 = amp[:, None] * dh2 * two[:, None]
-                m22, r2, hg2, one2 = _kaufman(g2, g2, w, wh, wr, gram)
-                det = gram[0] * gram[2] - s_h * s_h
-                m12 = np.einsum("jw,jw->j", w * g1, g2) - (
-                    hg1 * (gram[0] * hg2 - s_h * one2) + one1 * (gram[2] * one2 - s_h * hg2)) / det
-                a11 = m11 * (1.0 + lam) + 1e-300
-                a22 = m22 * (1.0 + lam) + 1e-300
-                dt = a11 * a22 - m12 * m12
-                d1 = -(a22 * r1 - m12 * r2) / dt
-                d2 = np.where(two, -(a11 * r2 - m12 * r1) / dt, 0.0)
-            else:
-                d1 = -r1 / (m11 * (1.0 + lam) + 1e-300)
-                d2 = np.zeros(jobs)
-        d1 = np.nan_to_num(d1, nan=0.0, posinf=0.0, neginf=0.0)
-        d2 = np.nan_to_num(d2, nan=0.0, posinf=0.0, neginf=0.0)
-        if sub:
-            t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
-        else:
-            t1, t2 = np.clip(p1 + d1, 1e-5, 5.0), p2
-        t_h, t_amp, t_off, t_sse, t_dh1, t_dh2 = _project(t1, t2, *args)
-        better = t_sse < sse
-        b = better[:, None]
-        p1, p2 = np.where(better, t1, p1), np.where(better, t2, p2)
-        amp, off = np.where(better, t_amp, amp), np.where(better, t_off, off)
-        sse = np.where(better, t_sse, sse)
-        h, dh1, dh2 = np.where(b, t_h, h), np.where(b, t_dh1, dh1), np.where(b, t_dh2, dh2)
-        lam = np.where(better, lam * 0.3, lam * 10.0)
-    return p1, p2, amp, off, sse
+    @staticmethod
+    def empty(jobs: int) -> FamilyParams:
+        """No parameters for ``jobs`` jobs (every fit is cold)."""
+        return FamilyParams(*(np.full((jobs, 2), np.nan) for _ in range(3)))
 
 
 def fit_windows(
@@ -434,7 +297,7 @@ def fit_windows(
     decay: float = DEFAULT_DECAY,
     steps: int = REFINE_STEPS,
 ) -> CurveFit:
-    """Fit every job's window (see :func:`tail_windows`) at once.
+    """Fit every job's window (see :func:`tail_windows`) at once, from scratch.
 
     Args:
         values, mask: ``(jobs, window)`` right-aligned losses and their validity.
@@ -442,6 +305,29 @@ def fit_windows(
         classes: per job 1 (sublinear), 2 (linear) or 0 (unknown: least residual wins).
         decay: e-folding length, in iterations, of the exponentially decaying weights.
         steps: Levenberg-Marquardt refinement steps after the grid search.
+    """
+    return fit_windows_warm(values, mask, n, max_drop, classes, decay, steps)[0]
+
+
+def fit_windows_warm(
+    values: np.ndarray,
+    mask: np.ndarray,
+    n: np.ndarray,
+    max_drop: np.ndarray,
+    classes: np.ndarray,
+    decay: float = DEFAULT_DECAY,
+    steps: int = REFINE_STEPS,
+    warm: FamilyParams | None = None,
+    shift: np.ndarray | None = None,
+) -> tuple[CurveFit, FamilyParams]:
+    """:func:`fit_windows`, warm-started: also returns every job's :class:`FamilyParams`.
+
+    With ``warm`` (the parameters of an earlier fit of the same jobs, row for row) and
+    ``shift`` (per job, iterations run since that fit; negative: no usable warm start), a job
+    whose window is full skips the grid search: its earlier parameters, re-anchored to its last
+    iteration, get ``WARM_STEPS`` refinement steps. If that fit's residual is worse than
+    ``WARM_DEGRADE`` times the earlier one (and above ``WARM_RMS_FLOOR``), or it fails, the job
+    is fitted from scratch. Jobs with histories shorter than the window are always fitted cold.
     """
     jobs, window = values.shape
     n = np.asarray(n)
@@ -464,28 +350,64 @@ def fit_windows(
     age = np.arange(window - 1, -1, -1, dtype=np.float64)
     w = np.where(mask, np.exp(-age / max(decay, 1e-6))[None, :], 0.0)
     y = np.where(mask, (values - last[:, None]) / scale[:, None], 0.0)
+    s_w = np.maximum(w.sum(axis=1), 1e-300)
 
+    out = FamilyParams.empty(jobs)
+    can_warm = np.zeros(jobs, dtype=bool)
+    if warm is not None and shift is not None:
+        can_warm = (np.asarray(shift) >= 0) & (valid_n >= window) & (steps > 0)
     unknown = classes == 0
     fam = np.where(unknown, FAMILY_SUBLINEAR, classes).astype(np.int8)
     amp, off, p1, p2 = np.zeros(jobs), np.zeros(jobs), np.zeros(jobs), np.zeros(jobs)
     sse = np.full(jobs, np.inf)
     # one pass per family; an unknown class is fitted as both and linear must fit clearly better
-    for family, members in ((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
-                            (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown)):
+    for col, (family, members) in enumerate(((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
+                                             (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown))):
         idx = np.flatnonzero(members & fit_ok)
         if not idx.size:
             continue
         sub = family == FAMILY_SUBLINEAR
-        f_p1, f_p2, f_amp, f_off, f_sse = _coarse(y[idx], w[idx], valid_n[idx], family)
+        f_p1, f_p2, f_amp, f_off = (np.zeros(idx.size) for _ in range(4))
+        f_sse = np.full(idx.size, np.inf)
+        cold = np.ones(idx.size, dtype=bool)
+        if warm is not None and shift is not None:
+            hot = can_warm[idx] & np.isfinite(warm.p1[idx, col]) & np.isfinite(warm.rms[idx, col])
+            moved = np.asarray(shift)[idx] > 0
+            # an unchanged history keeps its fit exactly (0 steps); a longer one is refined
+            for group, n_steps in ((hot & ~moved, 0), (hot & moved, WARM_STEPS)):
+                if not group.any():
+                    continue
+                sel = idx[group]
+                fam_arr = np.full(sel.size, family, dtype=np.int8)
+                w1, w2 = shift_params(fam_arr, warm.p1[sel, col], warm.p2[sel, col],
+                                      np.asarray(shift, dtype=np.float64)[sel])
+                r = refine(w1, w2, sub, y[sel], w[sel], mask[sel], valid_n[sel] >= MIN_FULL_POINTS,
+                           n_steps)
+                rms = np.sqrt(r[4] / s_w[sel])
+                limit = np.maximum(WARM_DEGRADE * warm.rms[sel, col], WARM_RMS_FLOOR)
+                good = np.isfinite(r[4]) & (rms <= limit)
+                rows = np.flatnonzero(group)[good]
+                f_p1[rows], f_p2[rows], f_amp[rows], f_off[rows], f_sse[rows] = (a[good] for a in r)
+                cold[rows] = False
+        if cold.any():
+            rows_c = np.flatnonzero(cold)
+            sel = idx[rows_c]
+            c_p1, c_p2, c_amp, c_off, c_sse = coarse(y[sel], w[sel], valid_n[sel], family)
+            fin = np.isfinite(c_sse)
+            # young jobs (short histories: the largest predicted gains, and few) get more steps
+            young = fin & (valid_n[sel] < window)
+            for extra, rows in ((steps, fin), (YOUNG_EXTRA_STEPS * (steps > 0), young)):
+                if extra > 0 and rows.any():
+                    ss = sel[rows]
+                    c_p1[rows], c_p2[rows], c_amp[rows], c_off[rows], c_sse[rows] = refine(
+                        c_p1[rows], c_p2[rows], sub, y[ss], w[ss], mask[ss], valid_n[ss] >= MIN_FULL_POINTS,
+                        extra,
+                    )
+            for dst, src in ((f_p1, c_p1), (f_p2, c_p2), (f_amp, c_amp), (f_off, c_off), (f_sse, c_sse)):
+                dst[rows_c] = src
         fin = np.isfinite(f_sse)
-        # young jobs (short histories: the largest predicted gains, and few) get more steps
-        for extra, rows in ((steps, fin), (YOUNG_EXTRA_STEPS * (steps > 0), fin & (valid_n[idx] < window))):
-            if extra > 0 and rows.any():
-                sel = idx[rows]
-                f_p1[rows], f_p2[rows], f_amp[rows], f_off[rows], f_sse[rows] = _refine(
-                    f_p1[rows], f_p2[rows], sub, y[sel], w[sel], mask[sel], valid_n[sel] >= MIN_FULL_POINTS,
-                    extra,
-                )
+        out.p1[idx[fin], col], out.p2[idx[fin], col] = f_p1[fin], f_p2[fin]
+        out.rms[idx[fin], col] = np.sqrt(f_sse[fin] / s_w[idx[fin]])
         take = np.ones(idx.size, bool) if sub else ~unknown[idx] | (f_sse < UNKNOWN_LINEAR_MARGIN * sse[idx])
         t = idx[take]
         amp[t], off[t], p1[t], p2[t], sse[t] = f_amp[take], f_off[take], f_p1[take], f_p2[take], f_sse[take]
@@ -497,8 +419,8 @@ def fit_windows(
     family = np.where((family == FAMILY_PRIOR) & (n >= MIN_FIT_POINTS) & (max_drop <= 0), FAMILY_FLAT,
                       family).astype(np.int8)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rms = np.sqrt(np.maximum(sse, 0.0) / np.maximum(w.sum(axis=1), 1e-300))
-    return CurveFit(
+        rms = np.sqrt(np.maximum(sse, 0.0) / s_w)
+    fit = CurveFit(
         family=family,
         amp=np.nan_to_num(np.where(found, amp * scale, 0.0), nan=0.0, posinf=0.0, neginf=0.0),
         p1=np.nan_to_num(np.where(found, p1, 0.0)),
@@ -509,6 +431,7 @@ def fit_windows(
         max_drop=np.nan_to_num(max_drop),
         rms=np.nan_to_num(np.where(found, rms, 0.0), posinf=0.0),
     )
+    return fit, out
 
 
 def class_codes(classes: Sequence[str]) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Per decision (a pure function of the snapshot; caches only save work):
 
-1. normalize and fit every job's loss history together (:mod:`slaq_mpi.predict`);
+1. normalize and fit every job's loss history together (:mod:`slaq_mpi.predict`),
+   warm-started from the previous decision's fit of each job;
 2. fit every job's seconds per iteration vs. cores (:mod:`slaq_mpi.throughput`);
 3. predicted normalized reduction of job ``j`` on ``a`` cores over the epoch ``T``:
    ``f_j(k) - f_j(k + T / t_j(a))`` (iterations capped by the job's remaining budget);
@@ -16,7 +17,7 @@ job id, so each job's gains are only evaluated to the depth it can possibly reac
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 
 import numpy as np
@@ -24,9 +25,13 @@ import numpy as np
 from slaq_mpi.predict import (
     DEFAULT_DECAY,
     DEFAULT_WINDOW,
+    FAMILY_LINEAR,
+    FAMILY_PRIOR,
+    FAMILY_SUBLINEAR,
     CurveFit,
+    FamilyParams,
     class_codes,
-    fit_windows,
+    fit_windows_warm,
     max_drops,
     tail_windows,
 )
@@ -225,6 +230,18 @@ class Forecast:
         return np.minimum(np.floor(self.speed.best_cores() + 1e-9), self.caps).astype(np.int64)
 
 
+def _spans(histories: list, curves: CurveFit) -> np.ndarray:
+    """Per job ``L_0 - L*``: first loss minus the fit's asymptote (or the last loss, if lower)."""
+    count = len(histories)
+    first = np.fromiter((h[0] if len(h) else np.nan for h in histories), dtype=np.float64, count=count)
+    fitted = (curves.family == FAMILY_SUBLINEAR) | (curves.family == FAMILY_LINEAR)
+    low = np.where(fitted, np.minimum(curves.floor, curves.last), curves.last)
+    with np.errstate(invalid="ignore"):
+        span = first - low
+    span = np.where(np.isfinite(span) & (span > 0), span, 0.0)
+    return np.where(curves.family == FAMILY_PRIOR, 1.0, span)
+
+
 # --- the policy -----------------------------------------------------------------------------
 
 
@@ -241,6 +258,14 @@ class SlaqPolicy:
             goes to the jobs with the least attained core-seconds, so no job waits forever;
             the rest go to the largest predicted one-core reductions.
         min_gain: marginal normalized reductions at or below this count as none.
+        normalize: ``"span"`` (default): reductions in units of each job's own ``L_0 - L*``
+            (first loss minus the fitted asymptote), the scale of the normalized loss the
+            paper evaluates, with short histories blended with an optimistic prior;
+            ``"max_drop"``: SLAQ's units, the largest one-iteration reduction seen so far.
+
+    The policy remembers each job's last fit (keyed by job id, validated against the next
+    snapshot's history) and warm-starts the next fit from it: the same sequence of snapshots
+    gives the same allocations, and the same snapshot twice gives the same forecast.
     """
 
     name = "slaq"
@@ -252,6 +277,7 @@ class SlaqPolicy:
         prior_seconds: float = 1.0,
         reserve_fraction: float = 0.25,
         min_gain: float = 1e-9,
+        normalize: str = "span",
     ) -> None:
         if window < 3 or decay <= 0 or prior_seconds <= 0 or not 0 <= reserve_fraction <= 1:
             raise ValueError("need window >= 3, decay > 0, prior_seconds > 0, 0 <= reserve_fraction <= 1")
@@ -260,19 +286,34 @@ class SlaqPolicy:
         self.prior_seconds = float(prior_seconds)
         self.reserve_fraction = float(reserve_fraction)
         self.min_gain = float(min_gain)
-        # job id -> (losses seen, last loss, largest drop): an exact, validated work saver
-        self._drops: dict[str, tuple[int, float, float]] = {}
+        if normalize not in ("span", "max_drop"):
+            raise ValueError("normalize must be 'span' or 'max_drop'")
+        self.normalize = normalize
+        # job id -> (losses seen, last loss, largest drop, fitted parameters of both families
+        # and their residuals): validated against the next snapshot, it warm-starts the fits
+        # (one row per job of the last decision; rows looked up by job id)
+        self._memory = np.zeros((0, 9))
+        self._memory_rows: dict[str, int] = {}
 
-    def _max_drops(self, ids: list[str], histories: list, values: np.ndarray, mask: np.ndarray,
-                   n: np.ndarray) -> np.ndarray:
-        """Largest one-iteration drop per job, updated from the cache with the window's new
-        losses when the cached history's last loss is still where it was (else recomputed)."""
+    def _recall(self, ids: list[str], histories: list, values: np.ndarray, mask: np.ndarray,
+                n: np.ndarray) -> tuple[np.ndarray, FamilyParams, np.ndarray]:
+        """Per job from the cache: largest one-iteration drop, the last fit's parameters and the
+        iterations run since (-1: no usable entry).
+
+        An entry is used only if the cached history's last loss is still where it was in the
+        window (same job, same history, a few losses longer); else the job is redone cold.
+        """
         window = values.shape[1]
-        miss = (-1, np.nan, 0.0)
-        prev = np.array([self._drops.get(i, miss) for i in ids], dtype=np.float64).reshape(-1, 3)
+        jobs = len(ids)
+        where = self._memory_rows
+        at = np.fromiter((where.get(i, -1) for i in ids), dtype=np.int64, count=jobs)
+        prev = np.full((jobs, 9), np.nan)
+        prev[:, 0], prev[:, 2] = -1.0, 0.0
+        hit = at >= 0
+        prev[hit] = self._memory[at[hit]]
         p_n = prev[:, 0].astype(np.int64)
         col = window - n + p_n - 1  # window column of the cached last loss
-        rows = np.arange(len(ids))
+        rows = np.arange(jobs)
         ok = (p_n >= 1) & (n >= p_n) & (col >= 0)
         c = np.clip(col, 0, window - 1)
         ok &= mask[rows, c] & (values[rows, c] == prev[:, 1])
@@ -282,10 +323,14 @@ class SlaqPolicy:
         redo = np.flatnonzero(~ok)
         if redo.size:
             out[redo] = max_drops([histories[i] for i in redo])
+        warm = FamilyParams(prev[:, 3:5].copy(), prev[:, 5:7].copy(), prev[:, 7:9].copy())
+        return out, warm, np.where(ok, n - p_n, -1)
+
+    def _remember(self, ids: list[str], values: np.ndarray, mask: np.ndarray, n: np.ndarray,
+                  drops: np.ndarray, params: FamilyParams) -> None:
         last = np.where(mask[:, -1], values[:, -1], np.nan)
-        self._drops = {i: t for i, t in zip(ids, zip(n.tolist(), last.tolist(), out.tolist(), strict=True),
-                                          strict=True) if t[0] > 0}
-        return out
+        self._memory = np.column_stack([n, last, drops, params.p1, params.p2, params.rms])
+        self._memory_rows = dict(zip(ids, range(len(ids)), strict=True))
 
     def forecast(self, snapshot: ClusterSnapshot) -> Forecast:
         """Fit every active job of ``snapshot``: the predicted reductions the greedy uses."""
@@ -293,9 +338,13 @@ class SlaqPolicy:
         count = len(jobs)
         histories = [j.losses for j in jobs]
         values, mask, n = tail_windows(histories, self.window)
-        drops = self._max_drops([j.job_id for j in jobs], histories, values, mask, n)
+        ids = [j.job_id for j in jobs]
+        drops, warm, shift = self._recall(ids, histories, values, mask, n)
         codes = class_codes([j.convergence for j in jobs])
-        curves = fit_windows(values, mask, n, drops, codes, self.decay)
+        curves, params = fit_windows_warm(values, mask, n, drops, codes, self.decay, warm=warm, shift=shift)
+        self._remember(ids, values, mask, n, drops, params)
+        if self.normalize == "span":
+            curves = replace(curves, span=_spans(histories, curves))
 
         recent = [j.throughput[-MAX_OBSERVATIONS:] for j in jobs]
         obs = np.fromiter((len(o) for o in recent), dtype=np.int64, count=count)

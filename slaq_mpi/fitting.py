@@ -1,0 +1,231 @@
+"""Batched variable-projection fitting of loss windows (internals of :mod:`slaq_mpi.predict`).
+
+Both families are written around the last observed iteration (``u = k - k_n``): sublinear
+``h(u) = 1 / (1 + p1 u + p2 u^2)`` and linear ``h(u) = exp(-p1 u)``; the curve is
+``offset + amp * h(u)``. For fixed nonlinear parameters the linear ones have a closed form, so
+a coarse grid search (:func:`coarse`) is three matrix products for all jobs, and refinement
+(:func:`refine`) is batched Levenberg-Marquardt on the nonlinear parameters only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["FAMILY_FLAT", "FAMILY_LINEAR", "FAMILY_PRIOR", "FAMILY_SUBLINEAR", "MIN_FULL_POINTS",
+           "coarse", "refine", "shape", "shift_params"]
+
+FAMILY_PRIOR = 0
+FAMILY_SUBLINEAR = 1
+FAMILY_LINEAR = 2
+FAMILY_FLAT = 3
+MIN_FULL_POINTS = 5  # fewer losses: one nonlinear parameter only
+
+
+# --- curve shapes and the coarse grid of nonlinear parameters ------------------------------
+
+
+def shape(family: np.ndarray, p1: np.ndarray, p2: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Curve shapes ``h(u)`` with ``h(0) = 1``, broadcasting the parameters against ``u``.
+
+    Sublinear: ``1 / (1 + p1 u + p2 u^2)`` (0 where that is not positive); linear: ``exp(-p1 u)``.
+    """
+    sub = family == FAMILY_SUBLINEAR
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = 1.0 + (np.where(sub, p1, 0.0) + np.where(sub, p2, 0.0) * u) * u
+        h_sub = np.where(q > 0, 1.0 / q, 0.0)
+        h_lin = np.exp(-np.where(sub, 0.0, p1) * u)
+    return np.where(sub, h_sub, h_lin)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    family: np.ndarray  # (G,) FAMILY_SUBLINEAR or FAMILY_LINEAR
+    p1: np.ndarray  # 1/k1 + 1/k2 (sublinear) or r (linear)
+    p2: np.ndarray  # 1/(k1 k2) (sublinear) or 0
+    pole: np.ndarray  # 1/k1: the shape has a pole at u = -k1 (sublinear), else 0
+    simple: np.ndarray  # (G,) one nonlinear parameter only (usable with 3-4 points)
+    basis: np.ndarray  # (G, W): the shape at u = -(W-1) .. 0
+    basis_sq: np.ndarray
+
+
+@lru_cache(maxsize=8)
+def _grid(window: int) -> _Grid:
+    nus = np.concatenate([3.0 ** -np.arange(0, 9, dtype=np.float64) * 1.2, [0.0]])
+    pairs = [(a, b) for i, a in enumerate(nus) for b in nus[i:] if a > 0]
+    rates = np.geomspace(1.0e-3, 3.0, 14)
+    family = np.concatenate(
+        [np.full(len(pairs), FAMILY_SUBLINEAR), np.full(len(rates), FAMILY_LINEAR)]
+    ).astype(np.int8)
+    p1 = np.concatenate([[a + b for a, b in pairs], rates])
+    p2 = np.concatenate([[a * b for a, b in pairs], np.zeros(len(rates))])
+    pole = np.concatenate([[a for a, _ in pairs], np.zeros(len(rates))])
+    u = np.arange(-(window - 1), 1, dtype=np.float64)
+    basis = shape(family[:, None], p1[:, None], p2[:, None], u[None, :])
+    return _Grid(family, p1, p2, pole, p2 == 0, basis, basis * basis)
+
+
+# --- the batched fit ----------------------------------------------------------------------
+
+
+def coarse(
+    y: np.ndarray, w: np.ndarray, valid_n: np.ndarray, family: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Best grid point of ``family`` per job: ``(p1, p2, amp, offset, sse)`` (sse inf: none)."""
+    jobs, window = y.shape
+    grid = _grid(window)
+    cols = np.flatnonzero(grid.family == family)
+    basis = grid.basis[cols]
+    wy = w * y
+    s_w = w.sum(axis=1)[:, None]
+    s_y = wy.sum(axis=1)[:, None]
+    s_yy = (wy * y).sum(axis=1)[:, None]
+    s_e = w @ basis.T
+    s_ee = w @ grid.basis_sq[cols].T
+    s_ey = wy @ basis.T
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        det = s_w * s_ee - s_e * s_e
+        amp = (s_w * s_ey - s_e * s_y) / det
+        off = (s_y - amp * s_e) / s_w
+        sse = s_yy - amp * s_ey - off * s_y
+        good = (det > 1e-12 * s_w * s_ee) & (amp > 0)
+    short = np.flatnonzero(valid_n < window)
+    if short.size:  # a pole must lie before the first point; few points: one parameter only
+        nu_max = 1.0 / np.maximum(valid_n[short] - 0.75, 0.25)
+        ok = grid.pole[cols][None, :] < nu_max[:, None]
+        ok &= (valid_n[short, None] >= MIN_FULL_POINTS) | grid.simple[cols][None, :]
+        good[short] &= ok
+    sse = np.where(good, np.maximum(sse, 0.0), np.inf)
+    best = np.argmin(sse, axis=1)
+    rows = np.arange(jobs)
+    return grid.p1[cols][best], grid.p2[cols][best], amp[rows, best], off[rows, best], sse[rows, best]
+
+
+def _project(
+    p1: np.ndarray, p2: np.ndarray, sub: bool, u: np.ndarray, w: np.ndarray, wy: np.ndarray,
+    s_w: np.ndarray, s_y: np.ndarray, s_yy: np.ndarray, valid: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """Shapes and the optimal linear parameters for nonlinear ``(p1, p2)`` per job.
+
+    Returns ``(h, amp, off, sse, dh1, dh2)``; ``sse`` is inf where the shape has a pole in the
+    window or the best amplitude is not positive.
+    """
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if sub:
+            q = 1.0 + u * (p1[:, None] + p2[:, None] * u)
+            h = 1.0 / q
+            dh1 = -u * h * h
+            dh2 = dh1 * u
+            bad = ((q <= 0) & valid).any(axis=1)
+        else:
+            h = np.exp(-p1[:, None] * u)
+            dh1 = -u * h
+            dh2 = dh1
+            bad = ~np.isfinite(h).all(axis=1)
+        s_h = np.einsum("jw,jw->j", w, h)
+        s_hh = np.einsum("jw,jw->j", w * h, h)
+        s_hy = np.einsum("jw,jw->j", wy, h)
+        det = s_w * s_hh - s_h * s_h
+        amp = (s_w * s_hy - s_h * s_y) / det
+        off = (s_y - amp * s_h) / s_w
+        sse = s_yy - amp * s_hy - off * s_y
+    bad |= ~np.isfinite(sse) | ~(det > 1e-12 * s_w * s_hh) | ~(amp > 0)
+    return h, amp, off, np.where(bad, np.inf, np.maximum(sse, 0.0)), dh1, dh2
+
+
+def _kaufman(
+    g: np.ndarray, g_same: np.ndarray, w: np.ndarray, wh: np.ndarray, wr: np.ndarray,
+    gram: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For a derivative column ``g``: its projected squared norm, its product with the
+    residual, and its products with ``h`` and ``1`` (weighted by ``w``)."""
+    s_w, s_h, s_hh = gram
+    hg = np.einsum("jw,jw->j", wh, g)
+    one = np.einsum("jw,jw->j", w, g)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        det = s_w * s_hh - s_h * s_h
+        inside = (hg * (s_w * hg - s_h * one) + one * (s_hh * one - s_h * hg)) / det
+        norm = np.einsum("jw,jw->j", w * g, g_same) - inside
+    return norm, np.einsum("jw,jw->j", wr, g), hg, one
+
+
+def refine(
+    p1: np.ndarray, p2: np.ndarray, sub: bool, y: np.ndarray, w: np.ndarray, valid: np.ndarray,
+    free2: np.ndarray, steps: int,
+) -> tuple[np.ndarray, ...]:
+    """Batched variable-projection Gauss-Newton (Levenberg-Marquardt damped) on the nonlinear
+    parameters of one family's jobs; the amplitude and offset are always the exact weighted
+    least-squares optimum for the current shape.
+
+    Returns ``(p1, p2, amp, off, sse)``. Bounds: sublinear ``p1, p2 >= 0`` (``p2`` stays 0
+    unless ``free2``); linear ``1e-5 <= p1 <= 5``.
+    """
+    jobs, window = y.shape
+    u = np.arange(-(window - 1), 1, dtype=np.float64)[None, :]
+    wy = w * y
+    s_w = w.sum(axis=1)
+    s_y = wy.sum(axis=1)
+    s_yy = np.einsum("jw,jw->j", wy, y)
+    args = (sub, u, w, wy, s_w, s_y, s_yy, valid)
+    h, amp, off, sse, dh1, dh2 = _project(p1, p2, *args)
+    lam = np.full(jobs, 1e-3)
+    two = sub & free2
+    for _ in range(steps):
+        # Kaufman's Jacobian: derivative columns with their part in span{h, 1} removed
+        wh = w * h
+        s_h = wh.sum(axis=1)
+        gram = (s_w, s_h, np.einsum("jw,jw->j", wh, h))
+        wr = w * (amp[:, None] * h + off[:, None] - y)
+        g1 = amp[:, None] * dh1
+        m11, r1, hg1, one1 = _kaufman(g1, g1, w, wh, wr, gram)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if sub:
+                g2 = amp[:, None] * dh2 * two[:, None]
+                m22, r2, hg2, one2 = _kaufman(g2, g2, w, wh, wr, gram)
+                det = gram[0] * gram[2] - s_h * s_h
+                m12 = np.einsum("jw,jw->j", w * g1, g2) - (
+                    hg1 * (gram[0] * hg2 - s_h * one2) + one1 * (gram[2] * one2 - s_h * hg2)) / det
+                a11 = m11 * (1.0 + lam) + 1e-300
+                a22 = m22 * (1.0 + lam) + 1e-300
+                dt = a11 * a22 - m12 * m12
+                d1 = -(a22 * r1 - m12 * r2) / dt
+                d2 = np.where(two, -(a11 * r2 - m12 * r1) / dt, 0.0)
+            else:
+                d1 = -r1 / (m11 * (1.0 + lam) + 1e-300)
+                d2 = np.zeros(jobs)
+        d1 = np.nan_to_num(d1, nan=0.0, posinf=0.0, neginf=0.0)
+        d2 = np.nan_to_num(d2, nan=0.0, posinf=0.0, neginf=0.0)
+        if sub:
+            t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
+        else:
+            t1, t2 = np.clip(p1 + d1, 1e-5, 5.0), p2
+        t_h, t_amp, t_off, t_sse, t_dh1, t_dh2 = _project(t1, t2, *args)
+        better = t_sse < sse
+        b = better[:, None]
+        p1, p2 = np.where(better, t1, p1), np.where(better, t2, p2)
+        amp, off = np.where(better, t_amp, amp), np.where(better, t_off, off)
+        sse = np.where(better, t_sse, sse)
+        h, dh1, dh2 = np.where(b, t_h, h), np.where(b, t_dh1, dh1), np.where(b, t_dh2, dh2)
+        lam = np.where(better, lam * 0.3, lam * 10.0)
+    return p1, p2, amp, off, sse
+
+
+def shift_params(
+    family: np.ndarray, p1: np.ndarray, p2: np.ndarray, shift: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The same curves re-anchored ``shift`` iterations later (``u -> u + shift``).
+
+    Sublinear: ``1 + p1 (u + s) + p2 (u + s)^2`` divided by its value at ``u = 0``; linear
+    shapes are unchanged (``exp(-r u)`` is scale-free). The amplitude absorbs the factor.
+    """
+    sub = family == FAMILY_SUBLINEAR
+    s = np.asarray(shift, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c0 = 1.0 + (p1 + p2 * s) * s
+        n1 = np.where(sub, (p1 + 2.0 * p2 * s) / c0, p1)
+        n2 = np.where(sub, p2 / c0, p2)
+    ok = np.isfinite(n1) & np.isfinite(n2) & (~sub | (c0 > 0))
+    return np.where(ok, n1, p1), np.where(ok, n2, p2)
+
