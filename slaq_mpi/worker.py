@@ -124,8 +124,8 @@ class Worker:
 
         Every rank runs the same number of iterations: the leader sizes each chunk from its
         iteration times so that the epoch ends just before the deadline (an overrun keeps
-        every other job waiting for the next plan), and one small allreduce per chunk (a
-        handful per epoch) shares that size and any solver error. Stopping rules and NaN
+        every other job waiting for the next plan), and one small allreduce per chunk (about
+        log2(epoch / iteration time) per epoch) shares that size and any solver error. Stopping rules and NaN
         checks use the global loss, which every rank sees, so ranks agree without talking.
         """
         assert self.group is not None and self.solver is not None and self.job is not None
@@ -164,7 +164,11 @@ class Worker:
             if leader and status == "running":
                 est = max(report.iter_seconds[-2:])
                 left = deadline - time.monotonic() - 0.25 * est
-                next_chunk = max(0, int(min(left, max(plan.epoch_seconds / 4, est)) / max(est, 1e-9)))
+                # Half the time left (at most a quarter epoch): chunks shrink near the
+                # deadline, so a slowdown cannot overrun it by more than a few iterations.
+                next_chunk = int(min(0.5 * left, plan.epoch_seconds / 4) / max(est, 1e-9))
+                if next_chunk == 0 and left >= est:
+                    next_chunk = 1
             flags = self.group.allreduce(np.array([float(bool(error)), float(next_chunk)]), op="max")
             if flags[0] and status != "failed":
                 status, reason = "failed", "solver raised on another rank of the group (see the log)"
