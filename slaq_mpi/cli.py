@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -52,8 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.set_defaults(func=_cmd_validate)
     for name in _COMMAND_MODULES:
-        if importlib.util.find_spec(name.rsplit(".", 1)[0]) and importlib.util.find_spec(name):
-            importlib.import_module(name).add_cli(sub)
+        importlib.import_module(name).add_cli(sub)
     return parser
 
 
