@@ -51,6 +51,7 @@ class Coordinator:
         self.stop_requested = False
         self._prev_deadline: float | None = None
         self._prev_stop: float | None = None
+        self._warned_slow: set[str] = set()
         self._t0 = time.monotonic() - elapsed
 
     # --- time and signals -------------------------------------------------------------
@@ -213,6 +214,11 @@ class Coordinator:
             if n:
                 secs = sorted(rep.iter_seconds)[n // 2]
                 job.throughput.append((rep.cores, secs))
+                if secs > self.spec.epoch_seconds and name not in self._warned_slow:
+                    self._warned_slow.add(name)
+                    _say(f"job {name}: one iteration takes {secs:.2f} s on {rep.cores} cores, longer "
+                         f"than the {self.spec.epoch_seconds:g} s epoch; every epoch waits for it. "
+                         "Raise epoch_seconds or give it more cores.")
                 job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
             starts.append(rep.first_start)
             deadlines.append(rep.deadline)
