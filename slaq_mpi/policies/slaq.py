@@ -294,6 +294,7 @@ class SlaqPolicy:
         # (one row per job of the last decision; rows looked up by job id)
         self._memory = np.zeros((0, 9))
         self._memory_rows: dict[str, int] = {}
+        self._memory_window = np.zeros((0, window))
 
     def _recall(self, ids: list[str], histories: list, values: np.ndarray, mask: np.ndarray,
                 n: np.ndarray) -> tuple[np.ndarray, FamilyParams, np.ndarray]:
@@ -317,6 +318,15 @@ class SlaqPolicy:
         ok = (p_n >= 1) & (n >= p_n) & (col >= 0)
         c = np.clip(col, 0, window - 1)
         ok &= mask[rows, c] & (values[rows, c] == prev[:, 1])
+        # the whole overlap of the cached window and this one must agree, not just one loss
+        if hit.any():
+            old_vals = np.full((jobs, window), np.nan)
+            old_vals[hit] = self._memory_window[at[hit]]
+            d = np.clip(n - p_n, 0, window)
+            src = np.arange(window)[None, :] + d[:, None]
+            seen = np.take_along_axis(old_vals, np.minimum(src, window - 1), axis=1)
+            check = (src < window) & ~np.isnan(seen)
+            ok &= ~(check & ~((seen == values) & mask)).any(axis=1)
         drops = np.where(mask[:, 1:] & mask[:, :-1], values[:, :-1] - values[:, 1:], 0.0)
         drops[np.arange(window - 1)[None, :] < c[:, None]] = 0.0
         out = np.maximum(prev[:, 2], drops.max(axis=1, initial=0.0))
@@ -331,6 +341,7 @@ class SlaqPolicy:
         last = np.where(mask[:, -1], values[:, -1], np.nan)
         self._memory = np.column_stack([n, last, drops, params.p1, params.p2, params.rms])
         self._memory_rows = dict(zip(ids, range(len(ids)), strict=True))
+        self._memory_window = np.where(mask, values, np.nan)
 
     def forecast(self, snapshot: ClusterSnapshot) -> Forecast:
         """Fit every active job of ``snapshot``: the predicted reductions the greedy uses."""
