@@ -135,9 +135,9 @@ def send_report(report: Any) -> None:
     _wait(_WORLD.isend(report, dest=0, tag=TAG_REPORT))
 
 
-def send_error(info: Any) -> None:
-    """Any worker: tell rank 0 about an exception it cannot recover from."""
-    _wait(_WORLD.isend(info, dest=0, tag=TAG_ERROR))
+def post_error(info: Any) -> None:
+    """Any worker: post an unrecoverable error to rank 0 without waiting for delivery."""
+    _WORLD.isend(info, dest=0, tag=TAG_ERROR)
 
 
 def poll_message() -> tuple[str, Any] | None:

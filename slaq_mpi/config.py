@@ -176,8 +176,10 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
     if max_cores is not None:
         max_cores = _int(max_cores, f"{where}.max_cores", lo=1)
     utility = job.get("utility")
-    if utility is not None and not isinstance(utility, Mapping):
-        raise ConfigError(f"{where}.utility", utility, "must be a mapping")
+    if utility is not None:
+        from slaq_mpi.policies.utility import validate_utility
+
+        utility = validate_utility(utility, f"{where}.utility")
     return JobSpec(
         name=name,
         algorithm=str(algorithm),

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,8 @@ class Coordinator:
                 arrival=j.arrival,
                 attained_core_seconds=j.attained_core_seconds,
                 max_iterations=self._spec_of(j.name).stop.max_iterations,
+                utility=tuple(sorted(
+                    (k, float(v)) for k, v in (self._spec_of(j.name).utility or {}).items())),
             )
             for j in sorted(active, key=lambda r: (r.arrival, r.name))
         )
@@ -311,18 +314,27 @@ def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
 
 
 def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
-    """Rank 0's entry point."""
-    capacity = comm.world_size() - 1
-    if resume:
-        record, epoch, elapsed = resume_record(run_dir)
-        _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s")
-        coord = Coordinator(spec, run_dir, record, epoch, elapsed)
-    else:
-        coord = Coordinator(spec, run_dir, new_record(spec, capacity))
+    """Rank 0's entry point. Any error ends every rank (MPI abort) after saving the record,
+    so a run never hangs with workers waiting for a plan that will not come."""
+    coord = None
     try:
+        if resume:
+            record, epoch, elapsed = resume_record(run_dir)
+            _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s")
+            coord = Coordinator(spec, run_dir, record, epoch, elapsed)
+        else:
+            coord = Coordinator(spec, run_dir, new_record(spec, comm.world_size() - 1))
         return coord.run()
-    except WorkerError as exc:
-        print(f"slaq: error on a worker: {exc}", file=sys.stderr, flush=True)
-        coord._save(finished=False)
+    except Exception as exc:
+        if isinstance(exc, WorkerError):
+            print(f"slaq: error on a worker: {exc}", file=sys.stderr, flush=True)
+        else:
+            print(f"slaq: error on rank 0 ({comm.hostname()}): {exc.__class__.__name__}: {exc}\n"
+                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+        if coord is not None:
+            try:
+                coord._save(finished=False)
+            except Exception as save_exc:  # the abort matters more than the record
+                print(f"slaq: could not save the record: {save_exc}", file=sys.stderr, flush=True)
         comm.abort(1)
         return 1

@@ -102,5 +102,9 @@ def run_command(args: argparse.Namespace) -> int:
         return run_coordinator(spec, run_dir, resume)
     from slaq_mpi.worker import Worker
 
-    Worker(spec, run_dir).run()
+    worker = Worker(spec, run_dir)
+    try:
+        worker.run()
+    except Exception as exc:
+        worker.fail(exc)
     return 0

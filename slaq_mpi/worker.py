@@ -47,22 +47,25 @@ class Worker:
                 break
             if plan.moved:
                 self._join_writer()  # a moved job's new ranks read the checkpoint after the split
-            try:
-                self._apply(plan)
-            except Exception as exc:  # setup failures are not recoverable: tell rank 0
-                comm.send_error(self._describe(exc))
-                raise
+            self._apply(plan)
             if self.solver is not None:
                 self._epoch(plan, received)
         self._join_writer()
         self._drop()
         comm.barrier()
 
-    def _describe(self, exc: BaseException) -> dict[str, str]:
-        return {
+    def fail(self, exc: BaseException) -> None:
+        """An unrecoverable error on this rank: tell rank 0 (which re-raises it tagged with
+        rank, host and job), then end the whole run in case rank 0 is blocked elsewhere."""
+        info = {
             "rank": str(self.rank), "host": comm.hostname(), "job": str(self.job),
             "error": f"{exc.__class__.__name__}: {exc}", "traceback": traceback.format_exc(),
         }
+        print(f"slaq: error on rank {info['rank']} ({info['host']}, job {info['job']}): "
+              f"{info['error']}\n{info['traceback']}", file=sys.stderr, flush=True)
+        comm.post_error(info)
+        time.sleep(2.0)
+        comm.abort(1)
 
     def _join_writer(self) -> None:
         if self._writer is not None:

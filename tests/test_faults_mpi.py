@@ -169,3 +169,20 @@ def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> 
         for name in ("good-1", "good-2", "good-3"):
             assert st[name][0] == "done", st
     assert "job raises failed" in res.stdout and "job nan failed" in res.stdout
+
+
+def test_worker_error_outside_the_solver_ends_the_run_promptly(tmp_path: Path) -> None:
+    from slaq_mpi.datasets import DatasetSpec, generate
+
+    data = tmp_path / "late.h5"
+    generate(DatasetSpec(generator="classification", params={"rows": 2000, "features": 5}), data, 1)
+    raw = yaml.safe_load((ROOT / "tests" / "configs" / "faults.yaml").read_text())
+    raw["jobs"].append({"name": "late", "algorithm": "logreg", "arrival": 2.0,
+                        "dataset": {"path": str(data)}, "stop": {"max_iterations": 50}})
+    cfg = _config(tmp_path, jobs=raw["jobs"])
+    proc = _start(cfg, tmp_path)
+    _wait_epochs(tmp_path / "run", proc, 1)
+    data.unlink()  # validated at the start, gone when the job is placed
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, None), out + err
+    assert "error on rank" in err and "late.h5" in err, err[-3000:]
