@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-from slaq_mpi.errors import ConfigError, DataError
+from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
 
 # Modules that add their own subcommands through ``add_cli(subparsers)``.
 _COMMAND_MODULES = (
@@ -33,6 +34,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from slaq_mpi.launch import run_command
 
     return run_command(args)
+
+
+def _launch_rank() -> str | None:
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        if var in os.environ:
+            return os.environ[var]
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,8 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (ConfigError, DataError) as exc:
-        print(f"slaq: error: {exc}", file=sys.stderr)
-        return 2
+        if _launch_rank() in (None, "0"):  # under srun/mpiexec, say it once
+            print(f"slaq: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

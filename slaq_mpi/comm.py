@@ -104,6 +104,7 @@ def split(color: int | None, key: int) -> MPIGroup | None:
 
     Ranks passing ``None`` take part but get no group.
     """
+    _wait(_WORLD.Ibarrier())  # arrive without spinning; the split itself is then quick
     new = _WORLD.Split(MPI.UNDEFINED if color is None else color, key)
     return None if new == MPI.COMM_NULL else MPIGroup(new)
 
@@ -135,9 +136,12 @@ def send_report(report: Any) -> None:
     _wait(_WORLD.isend(report, dest=0, tag=TAG_REPORT))
 
 
+_posted: list[MPI.Request] = []
+
+
 def post_error(info: Any) -> None:
     """Any worker: post an unrecoverable error to rank 0 without waiting for delivery."""
-    _WORLD.isend(info, dest=0, tag=TAG_ERROR)
+    _posted.append(_WORLD.isend(info, dest=0, tag=TAG_ERROR))  # kept alive until the abort
 
 
 def poll_message() -> tuple[str, Any] | None:

@@ -20,14 +20,19 @@ from jobs import load_solver
 from slaq_mpi import checkpoint, comm
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.datasets import materialize
-from slaq_mpi.errors import WorkerError
+from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
 from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
 from slaq_mpi.plan import Plan, Report
 from slaq_mpi.policies import get_policy
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
-EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 75
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+_received: list[int] = []  # stop signals received by rank 0, set by the handler only
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    _received.append(signum)
 STATE_FILE = "state.json"
 STOP_FILE = "STOP"
 
@@ -64,25 +69,25 @@ class Coordinator:
     def _wall_to_now(self, wall: float) -> float:
         return self.now() - (time.time() - wall)
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if not self.stop_requested:
-            print(f"received {signal.Signals(signum).name}: stopping after this epoch", flush=True)
-        self.stop_requested = True
-
     def _check_stop_file(self) -> None:
+        if self.stop_requested:
+            return
         stop = self.run_dir / STOP_FILE
-        if stop.exists():
-            if not self.stop_requested:
-                _say(f"found {stop}: stopping after this epoch")
-            self.stop_requested = True
+        if _received:
+            why = f"received {signal.Signals(_received[0]).name}"
+        elif stop.exists():
+            why = f"found {stop}"
+        else:
+            return
+        _say(f"{why}: stopping after this epoch (every job checkpoints where it is)")
+        self.stop_requested = True
 
     # --- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
         """Run the experiment to the end (or to a requested stop); returns the exit status."""
-        for sig in (signal.SIGUSR1, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
         self._prepare_data()
+        self._save(finished=False)  # from now on the directory is resumable
         _say(f"slaq: {len(self.spec.jobs)} jobs, {len(self.workers)} worker ranks, "
              f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")
         status = None
@@ -104,7 +109,8 @@ class Coordinator:
 
     def _prepare_data(self) -> None:
         for job in self.spec.jobs:
-            if job.dataset.generator and not (self.run_dir / "data" / f"{job.dataset.key()}.h5").exists():
+            generated = self.run_dir / "data" / f"{job.dataset.key(job.seed)}.h5"
+            if job.dataset.generator and not generated.exists():
                 p = job.dataset.params
                 _say(f"generating dataset for {job.name}: {job.dataset.generator} "
                      f"{p['rows']} x {p['features']}")
@@ -310,12 +316,16 @@ def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
         _say(f"job {job.name}: continues from iteration {keep} "
              f"({job.iterations - keep} recorded iterations will run again)")
         job.truncate(keep)
-    return record, int(state.get("epoch", 0)), float(state.get("elapsed", 0.0))
+    epoch = int(state.get("epoch", 0))
+    record.truncate_epochs(epoch)  # rows of an epoch that never finished
+    return record, epoch, float(state.get("elapsed", 0.0))
 
 
 def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
     """Rank 0's entry point. Any error ends every rank (MPI abort) after saving the record,
     so a run never hangs with workers waiting for a plan that will not come."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _on_signal)
     coord = None
     try:
         if resume:
@@ -336,5 +346,5 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
                 coord._save(finished=False)
             except Exception as save_exc:  # the abort matters more than the record
                 print(f"slaq: could not save the record: {save_exc}", file=sys.stderr, flush=True)
-        comm.abort(1)
-        return 1
+        comm.abort(EXIT_ABORTED)
+        return EXIT_ABORTED

@@ -39,9 +39,11 @@ class DatasetSpec:
     generator: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
 
-    def key(self) -> str:
-        """A short stable name for a generated dataset file."""
-        blob = json.dumps({"g": self.generator, "p": dict(self.params)}, sort_keys=True)
+    def key(self, seed: int) -> str:
+        """A short stable name for the file generated with job seed ``seed`` (the data seed is
+        ``params["seed"]`` when given, else the job's seed)."""
+        params = {"seed": seed, **dict(self.params)}
+        blob = json.dumps({"g": self.generator, "p": params}, sort_keys=True)
         return f"{self.generator}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 
 
@@ -242,7 +244,7 @@ def materialize(spec: DatasetSpec, data_dir: Path, seed: int) -> Path:
     """The HDF5 file for ``spec``: its path, or a generated file under ``data_dir``."""
     if spec.path is not None:
         return Path(spec.path)
-    path = data_dir / f"{spec.key()}.h5"
+    path = data_dir / f"{spec.key(seed)}.h5"
     if not path.exists():
         generate(spec, path, seed)
     return path

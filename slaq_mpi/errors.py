@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Exit statuses of `slaq run` (README): every job done; a job failed; bad input; the run
+# aborted on an error (fix it, then --resume); stopped on request (--resume later).
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_ABORTED, EXIT_STOPPED = 0, 1, 2, 3, 75
+
 
 class SlaqError(Exception):
     """Base class of every error slaq-mpi raises on purpose."""

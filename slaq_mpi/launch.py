@@ -58,13 +58,22 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec) -> int:
     cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {' '.join(cmd)}", flush=True)
-    child = subprocess.Popen(cmd)
+    pending: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, _frame: object) -> None:
-        child.send_signal(signum)
+        if child is None:
+            pending.append(signum)
+        else:
+            child.send_signal(signum)
 
+    # The launcher runs in its own session, so a Ctrl-C reaches it once, through us (a
+    # second Ctrl-C forwarded makes mpiexec abort at once).
     for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
+    child = subprocess.Popen(cmd, start_new_session=True)
+    for signum in pending:
+        child.send_signal(signum)
     return child.wait()
 
 

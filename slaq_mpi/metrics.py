@@ -44,9 +44,16 @@ class JobRecord:
         return len(self.loss)
 
     def truncate(self, iterations: int) -> None:
-        """Forget iterations past ``iterations`` (they will be run again after a resume)."""
+        """Forget iterations past ``iterations`` (they will be run again after a resume);
+        the throughput observations and attained core-seconds are rebuilt from what is kept."""
         for seq in (self.loss, self.time, self.cores, self.iter_seconds):
             del seq[iterations:]
+        pairs = list(zip(self.cores, self.iter_seconds, strict=True))
+        self.attained_core_seconds = float(sum(c * s for c, s in pairs))
+        by_cores: dict[int, list[float]] = {}
+        for c, s in pairs:
+            by_cores.setdefault(c, []).append(s)
+        self.throughput = [(c, sorted(v)[len(v) // 2]) for c, v in by_cores.items()]
 
 
 @dataclass
@@ -70,6 +77,12 @@ class RunRecord:
         self.pause_ms.append(math.nan)
         self.gap_ms.append(math.nan)
         self.moved.append(int(moved))
+
+    def truncate_epochs(self, epochs: int) -> None:
+        """Keep only the first ``epochs`` epoch rows."""
+        for seq in (self.epoch_time, self.epoch_alloc, self.decision_ms, self.pause_ms,
+                    self.gap_ms, self.moved):
+            del seq[epochs:]
 
     def write(self, path: Path) -> None:
         """Write ``metrics.h5`` atomically (temp file, fsync, rename)."""

@@ -17,6 +17,7 @@ from jobs.base import Solver
 from slaq_mpi import checkpoint, comm
 from slaq_mpi.config import ExperimentSpec, JobSpec
 from slaq_mpi.datasets import read_shard
+from slaq_mpi.errors import EXIT_ABORTED
 from slaq_mpi.plan import Plan, Report
 
 
@@ -35,11 +36,13 @@ class Worker:
         self.iteration = 0
         self.last_loss = math.nan
         self._writer: threading.Thread | None = None
+        self._writer_error: BaseException | None = None
+        self._stop_soon = False
 
     def run(self) -> None:
         """Follow plans until rank 0 says stop."""
-        for sig in (signal.SIGUSR1, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)  # rank 0 orchestrates a graceful stop
+        for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)  # end this epoch early; rank 0 stops the run
         while True:
             plan: Plan = comm.recv_plan()
             received = time.monotonic()
@@ -65,12 +68,23 @@ class Worker:
               f"{info['error']}\n{info['traceback']}", file=sys.stderr, flush=True)
         comm.post_error(info)
         time.sleep(2.0)
-        comm.abort(1)
+        comm.abort(EXIT_ABORTED)
+
+    def _on_signal(self, _signum: int, _frame: object) -> None:
+        self._stop_soon = True
 
     def _join_writer(self) -> None:
         if self._writer is not None:
             self._writer.join()
             self._writer = None
+        if self._writer_error is not None:
+            raise RuntimeError(f"writing a checkpoint of {self.job} failed: {self._writer_error}")
+
+    def _write(self, *args: object) -> None:
+        try:
+            checkpoint.write(*args)  # type: ignore[arg-type]
+        except BaseException as exc:  # surfaced by _join_writer on the main thread
+            self._writer_error = exc
 
     def _write_checkpoint_in_background(self) -> None:
         """Write this epoch's checkpoint while rank 0 decides and the job trains on.
@@ -82,7 +96,7 @@ class Worker:
         self._join_writer()
         args = (self.run_dir, self.job, self.iteration, self.last_loss,
                 {k: v.copy() for k, v in self.solver.get_state().items()})
-        self._writer = threading.Thread(target=checkpoint.write, args=args, daemon=False)
+        self._writer = threading.Thread(target=self._write, args=args, daemon=False)
         self._writer.start()
 
     def _drop(self) -> None:
@@ -172,10 +186,11 @@ class Worker:
                 next_chunk = int(min(0.5 * left, plan.epoch_seconds / 4) / max(est, 1e-9))
                 if next_chunk == 0 and left >= est:
                     next_chunk = 1
-            flags = self.group.allreduce(np.array([float(bool(error)), float(next_chunk)]), op="max")
+            flags = self.group.allreduce(
+                np.array([float(bool(error)), float(next_chunk), float(self._stop_soon)]), op="max")
             if flags[0] and status != "failed":
                 status, reason = "failed", "solver raised on another rank of the group (see the log)"
-            if status != "running" or flags[1] < 1:
+            if status != "running" or flags[1] < 1 or flags[2]:
                 break
             chunk = int(flags[1])
         report.status, report.reason = status, reason

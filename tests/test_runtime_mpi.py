@@ -43,7 +43,7 @@ def test_moved_job_matches_fixed_ranks(tmp_path: Path) -> None:
     assert {1, 2, 3} <= set(cores.tolist()), f"job a ran only on {sorted(set(cores))} ranks"
     # The same job on one fixed rank, serially, on the same generated data.
     job = next(j for j in load(cfg).jobs if j.name == "a")
-    data = tmp_path / "run" / "data" / f"{job.dataset.key()}.h5"
+    data = tmp_path / "run" / "data" / f"{job.dataset.key(job.seed)}.h5"
     solver = load_solver("logreg")(SerialComm(), read_shard(data, 0, 1), job.hyperparameters, job.seed)
     ref = [solver.step() for _ in range(len(loss))]
     rel = np.abs(np.asarray(ref) - loss) / np.abs(np.asarray(ref))
