@@ -342,7 +342,7 @@ _HEADER = """\
 # Flow: SIGUSR1 comes {lead} s before the time limit (SIGTERM on preemption or scancel); the trap
 # below creates RUN_DIR/STOP, rank 0 finishes the epoch, checkpoints every job and exits 75, and
 # this script requeues the job. A restart finds RUN_DIR/state.json and resumes from it. Exit 0:
-# every job done; 1: a job failed; 2: bad input; 75: stopped, not requeued (resume by hand).
+# every job done; 1: a job failed; 2: bad input; 3: aborted on an error; 75: stopped, not requeued.
 """
 
 
