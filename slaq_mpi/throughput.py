@@ -23,12 +23,16 @@ from itertools import chain
 
 import numpy as np
 
-__all__ = ["SERIAL_FRACTION", "ThroughputModel", "fit_throughput", "fit_throughput_flat"]
+__all__ = ["SERIAL_FRACTION", "ThroughputModel", "fit_throughput", "fit_throughput_flat",
+           "population_serial_fraction"]
 
 SERIAL_FRACTION = 0.05
 PRIOR_WEIGHT = 0.02  # total weight of the prior's pseudo-observations vs. 1 per observation
 _PRIOR_CORES = 2.0 ** np.arange(0, 15)
 MAX_OBSERVATIONS = 64  # only the most recent observations of a job are fitted
+DATA_DISTINCT = 3  # distinct core counts from which a job's own data decide its fit
+MIN_POPULATION_JOBS = 3  # jobs needed to learn the prior's serial share from the cluster
+MIN_SERIAL_FRACTION = 1e-4  # a learned serial share is never taken below this
 
 
 def _features(cores: np.ndarray) -> np.ndarray:
@@ -43,19 +47,22 @@ class ThroughputModel:
     Attributes:
         alpha, beta, gamma: the coefficients (seconds), all >= 0, ``alpha + beta > 0``.
         observed: how many (cores, seconds) observations each fit used.
+        distinct: how many distinct core counts those observations cover (``None``: unknown).
     """
 
     alpha: np.ndarray
     beta: np.ndarray
     gamma: np.ndarray
     observed: np.ndarray
+    distinct: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.alpha.shape[0])
 
     def take(self, rows: np.ndarray) -> ThroughputModel:
         """The models of the jobs ``rows`` (an index array), in that order."""
-        return ThroughputModel(self.alpha[rows], self.beta[rows], self.gamma[rows], self.observed[rows])
+        return ThroughputModel(self.alpha[rows], self.beta[rows], self.gamma[rows], self.observed[rows],
+                               None if self.distinct is None else self.distinct[rows])
 
     def seconds(self, cores: np.ndarray | float) -> np.ndarray:
         """Seconds per iteration on ``cores`` (shape ``(jobs,)`` or ``(jobs, K)``)."""
@@ -86,21 +93,21 @@ def _solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _prior_gram() -> np.ndarray:
+def _prior_gram(serial: float = SERIAL_FRACTION) -> np.ndarray:
     """Sum over the prior's core counts of ``phi phi^T / t_prior^2`` (for ``t1 = 1``)."""
     phi = _features(_PRIOR_CORES)
-    t = (1.0 - SERIAL_FRACTION) / _PRIOR_CORES + SERIAL_FRACTION
+    t = (1.0 - serial) / _PRIOR_CORES + serial
     wts = PRIOR_WEIGHT / len(_PRIOR_CORES) / t**2
     return np.einsum("k,ka,kb->ab", wts, phi, phi)
 
 
 _PRIOR_GRAM = _prior_gram()
-_PRIOR_THETA = np.array([1.0 - SERIAL_FRACTION, SERIAL_FRACTION, 0.0])
 
 
 def fit_throughput_flat(
     job: np.ndarray, cores: np.ndarray, seconds: np.ndarray, jobs: int,
-    prior_seconds: float | np.ndarray = 1.0,
+    prior_seconds: float | np.ndarray = 1.0, serial_fraction: float = SERIAL_FRACTION,
+    learn_serial: bool = False,
 ) -> ThroughputModel:
     """Fit from flat observation arrays: observation ``i`` is ``(cores[i], seconds[i])`` of job
     ``job[i]`` (``0 <= job[i] < jobs``). Observations outside ``1e-12 < seconds < 1e9`` or with
@@ -109,7 +116,16 @@ def fit_throughput_flat(
     Args:
         prior_seconds: single-core seconds per iteration assumed for jobs without observations
             (scalar or per job).
+        serial_fraction: the prior's serial share ``s`` (clipped to ``[1e-6, 1]``), e.g. one
+            learned from other jobs (:func:`population_serial_fraction`).
+        learn_serial: fit the jobs observed on ``DATA_DISTINCT`` or more core counts first
+            (their data decide) and give the others a prior with those jobs' typical serial
+            share (:func:`population_serial_fraction`; ``serial_fraction`` if too few jobs).
+            Every observation is still accumulated once.
     """
+    serial = float(np.clip(serial_fraction, 1e-6, 1.0)) if np.isfinite(serial_fraction) else SERIAL_FRACTION
+    prior_gram = _PRIOR_GRAM if serial == SERIAL_FRACTION else _prior_gram(serial)
+    prior_theta = np.array([1.0 - serial, serial, 0.0])
     job = np.asarray(job, dtype=np.int64)
     a = np.asarray(cores, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
@@ -119,7 +135,7 @@ def fit_throughput_flat(
     prior_t1 = np.broadcast_to(np.asarray(prior_seconds, dtype=np.float64), (jobs,))
     prior_t1 = np.where((prior_t1 > 1e-12) & (prior_t1 < 1e9), prior_t1, 1.0)
     # per-job single-core scale from the near-linear prior through each observation
-    shape = (1.0 - SERIAL_FRACTION) / a + SERIAL_FRACTION
+    shape = (1.0 - serial) / a + serial
     log_t1 = np.bincount(job, weights=np.log(t / shape), minlength=jobs)
     with np.errstate(divide="ignore", invalid="ignore"):
         t1 = np.where(count > 0, np.exp(log_t1 / np.maximum(count, 1.0)), prior_t1)
@@ -139,9 +155,48 @@ def fit_throughput_flat(
     first = np.ones(key.size, dtype=bool)
     first[1:] = key[1:] != key[:-1]
     distinct = np.bincount(key[first] // 2**32, minlength=jobs)
-    scale = (np.maximum(count, 1.0) * np.where(distinct >= 3, 1e-3, 1.0))[:, None, None]
-    gram = gram + _PRIOR_GRAM[None] * scale
-    rhs = rhs + (_PRIOR_GRAM @ _PRIOR_THETA)[None] * scale[:, :, 0]
+    rich = distinct >= DATA_DISTINCT
+    scale = np.maximum(count, 1.0) * np.where(rich, 1e-3, 1.0)
+    theta = np.zeros((jobs, 3))
+    done = rich if learn_serial else np.ones(jobs, dtype=bool)
+    for step, group in enumerate((np.flatnonzero(done), np.flatnonzero(~done))):
+        if group.size:
+            theta[group] = _solve_group(gram[group], rhs[group], scale[group], count[group],
+                                        prior_gram, prior_theta)
+        if step == 1 or not learn_serial or group.size == jobs:
+            break
+        # the others' prior: the serial share of the jobs whose data decide (fitted above)
+        learned = ThroughputModel(theta[group, 0] * t1[group], np.maximum(theta[group, 1], 1e-6) * t1[group],
+                                  theta[group, 2] * t1[group], count[group], distinct[group])
+        new = population_serial_fraction(learned, default=serial)
+        if new != serial:
+            # re-express the other jobs' data in units of their t1 under the learned prior
+            old_shape = (1.0 - serial) / a + serial
+            new_shape = (1.0 - new) / a + new
+            log_ratio = np.bincount(job, weights=np.log(old_shape / new_shape), minlength=jobs)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(count > 0, np.exp(log_ratio / np.maximum(count, 1.0)), 1.0)
+            ratio = np.where(rich, 1.0, ratio)  # new t1 / old t1
+            t1 = t1 * ratio
+            gram = gram * (ratio**2)[:, None, None]
+            rhs = rhs * ratio[:, None]
+            serial = new
+            prior_gram = _prior_gram(serial)
+            prior_theta = np.array([1.0 - serial, serial, 0.0])
+    theta = np.maximum(theta, 0.0)
+    theta[:, 1] = np.maximum(theta[:, 1], 1e-6)  # t(a) > 0 for every a
+    return ThroughputModel(
+        alpha=theta[:, 0] * t1, beta=theta[:, 1] * t1, gamma=theta[:, 2] * t1, observed=count,
+        distinct=distinct,
+    )
+
+
+def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np.ndarray,
+                 prior_gram: np.ndarray, prior_theta: np.ndarray) -> np.ndarray:
+    """Solve the jobs' normal equations plus ``scale`` times the prior's, with coefficients
+    kept non-negative (negative ones pinned to 0 and the system re-solved, up to three times)."""
+    gram = gram + prior_gram[None] * scale[:, None, None]
+    rhs = rhs + (prior_gram @ prior_theta)[None] * scale[:, None]
     theta = _solve(gram + 1e-12 * np.eye(3)[None], rhs)
     pinned = theta < -1e-12
     todo = np.flatnonzero(pinned.any(axis=1))
@@ -154,11 +209,29 @@ def fit_throughput_flat(
         neg = theta[todo] < -1e-12
         pinned[todo] |= neg
         todo = todo[neg.any(axis=1)]
-    theta = np.maximum(theta, 0.0)
-    theta[:, 1] = np.maximum(theta[:, 1], 1e-6)  # t(a) > 0 for every a
-    return ThroughputModel(
-        alpha=theta[:, 0] * t1, beta=theta[:, 1] * t1, gamma=theta[:, 2] * t1, observed=count
-    )
+    return theta
+
+
+def population_serial_fraction(model: ThroughputModel, min_jobs: int = MIN_POPULATION_JOBS,
+                               default: float = SERIAL_FRACTION) -> float:
+    """The serial share ``beta / (alpha + beta)`` typical of the jobs whose own data fix it.
+
+    The median over jobs observed at ``DATA_DISTINCT`` or more distinct core counts (where the
+    data, not the prior, decide the fit), clipped to ``[MIN_SERIAL_FRACTION, 1]``; ``default``
+    when fewer than ``min_jobs`` such jobs exist. A prior learned from the other jobs of the
+    cluster: a job seen on one core count is then assumed to scale like them.
+    """
+    if model.distinct is None:
+        return float(default)
+    known = model.distinct >= DATA_DISTINCT
+    if int(known.sum()) < max(1, min_jobs):
+        return float(default)
+    total = model.alpha[known] + model.beta[known]
+    share = np.divide(model.beta[known], total, out=np.full(total.shape, np.nan), where=total > 0)
+    share = share[np.isfinite(share)]
+    if share.size < max(1, min_jobs):
+        return float(default)
+    return float(np.clip(np.median(share), MIN_SERIAL_FRACTION, 1.0))
 
 
 def fit_throughput(

@@ -269,3 +269,20 @@ def test_span_normalization_measures_reductions_in_units_of_the_first_loss_above
     true = (losses[-1] - (4.0 * 0.9 ** (k[-1] + 10) + 1.0)) / 4.0
     assert span.reduction(np.array([10.0]))[0] == pytest.approx(true, rel=0.05)
     assert drop.reduction(np.array([10.0]))[0] == pytest.approx(true * 4.0 / 0.4, rel=0.05)
+
+
+def test_throughput_prior_learned_from_other_jobs_scaling() -> None:
+    """A job seen on one core count is forecast to scale like the jobs whose data show it
+    (here near-perfectly), not with the fixed 5% serial share; ``learn_scaling=False`` keeps it."""
+    losses = tuple(float(1.0 / (1 + k)) for k in range(12))
+    scalers = [JobSnapshot(f"s{i}", losses, tuple((a, 8.0 / a + 1e-4) for a in (1, 4, 16)), 16, 640)
+               for i in range(4)]
+    lone = JobSnapshot("z", losses, ((1, 8.0),), 1, 640)
+    snap = ClusterSnapshot(640, 0.0, 2.0, (*scalers, lone))
+    learned = SlaqPolicy().forecast(snap)
+    fixed = SlaqPolicy(learn_scaling=False).forecast(snap)
+    row = learned.job_ids.index("z")
+    t_learned = learned.speed.seconds(np.full(5, 256.0))[row]
+    t_fixed = fixed.speed.seconds(np.full(5, 256.0))[row]
+    assert t_learned < 0.2 * t_fixed
+    assert t_learned == pytest.approx(8.0 / 256, rel=0.1)

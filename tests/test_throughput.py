@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slaq_mpi.throughput import SERIAL_FRACTION, fit_throughput
+from slaq_mpi.throughput import (
+    MIN_POPULATION_JOBS,
+    SERIAL_FRACTION,
+    fit_throughput,
+    fit_throughput_flat,
+    population_serial_fraction,
+)
 
 
 def law(a: float, alpha: float = 1.0, beta: float = 0.02, gamma: float = 0.01) -> float:
@@ -76,3 +82,43 @@ def test_any_observations_give_positive_finite_times(
     assert (m.alpha >= 0).all() and (m.beta > 0).all() and (m.gamma >= 0).all()
     t = m.seconds(np.tile([1.0, 2.0, 16.0, 16384.0], (len(obs), 1)))
     assert np.isfinite(t).all() and (t > 0).all()
+
+
+def _flat(observations: list[list[tuple[int, float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    owner = np.repeat(np.arange(len(observations)), [len(o) for o in observations])
+    pairs = np.array([p for o in observations for p in o], dtype=np.float64).reshape(-1, 2)
+    return owner, pairs[:, 0], pairs[:, 1]
+
+
+def test_learned_serial_prior_from_jobs_with_data() -> None:
+    """Jobs seen on 3+ core counts that scale almost perfectly teach the prior of a job seen on
+    one core count: it is then predicted to scale like them (not with the 5% default)."""
+    scalers = [[(a, law(a, alpha=k, beta=1e-4 * k, gamma=0.0)) for a in (1, 4, 16)]
+               for k in (1.0, 2.0, 3.0, 4.0)]
+    lone = [(1, 2.0)]
+    owner, cores, secs = _flat([*scalers, lone])
+    fixed = fit_throughput_flat(owner, cores, secs, 5)
+    learned = fit_throughput_flat(owner, cores, secs, 5, learn_serial=True)
+    share = population_serial_fraction(learned)
+    assert share == pytest.approx(1e-4, rel=0.2)
+    # the data-decided jobs are the same fits either way
+    np.testing.assert_allclose(learned.seconds(np.array([2.0] * 4 + [1.0]))[:4],
+                               fixed.seconds(np.array([2.0] * 4 + [1.0]))[:4], rtol=1e-9)
+    # the lone job keeps its observation and now scales near-perfectly
+    assert learned.seconds(np.array([1.0] * 5))[4] == pytest.approx(2.0, rel=1e-3)
+    t64 = learned.seconds(np.array([64.0] * 5))[4]
+    assert t64 == pytest.approx(2.0 * ((1 - share) / 64 + share), rel=0.02)
+    assert t64 < 0.5 * fixed.seconds(np.array([64.0] * 5))[4]
+
+
+def test_learned_serial_prior_needs_enough_jobs() -> None:
+    """Fewer than MIN_POPULATION_JOBS data-decided jobs: the default prior, identical fits."""
+    obs = [[(a, law(a)) for a in (1, 4, 16)], [(2, 0.5)], []]
+    owner, cores, secs = _flat(obs)
+    fixed = fit_throughput_flat(owner, cores, secs, 3)
+    learned = fit_throughput_flat(owner, cores, secs, 3, learn_serial=True)
+    assert population_serial_fraction(learned) == SERIAL_FRACTION
+    np.testing.assert_allclose(learned.alpha, fixed.alpha)
+    np.testing.assert_allclose(learned.beta, fixed.beta)
+    assert learned.distinct.tolist() == [3, 1, 0]
+    assert MIN_POPULATION_JOBS > 1

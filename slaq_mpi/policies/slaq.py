@@ -36,7 +36,13 @@ from slaq_mpi.predict import (
     tail_windows,
 )
 from slaq_mpi.snapshot import ClusterSnapshot
-from slaq_mpi.throughput import MAX_OBSERVATIONS, SERIAL_FRACTION, ThroughputModel, fit_throughput_flat
+from slaq_mpi.throughput import (
+    MAX_OBSERVATIONS,
+    SERIAL_FRACTION,
+    ThroughputModel,
+    fit_throughput_flat,
+    population_serial_fraction,
+)
 
 __all__ = ["Forecast", "GainFn", "SlaqPolicy", "allocate_by_gain", "greedy_allocate", "water_fill"]
 
@@ -262,6 +268,10 @@ class SlaqPolicy:
             (first loss minus the fitted asymptote), the scale of the normalized loss the
             paper evaluates, with short histories blended with an optimistic prior;
             ``"max_drop"``: SLAQ's units, the largest one-iteration reduction seen so far.
+        learn_scaling: the throughput prior (how a job seen on fewer than three core counts
+            scales) takes its serial share from the other jobs' fits (their median, once three
+            jobs have data at three or more core counts) instead of the fixed
+            :data:`~slaq_mpi.throughput.SERIAL_FRACTION`.
 
     The policy remembers each job's last fit (keyed by job id, validated against the next
     snapshot's history) and warm-starts the next fit from it: the same sequence of snapshots
@@ -278,6 +288,7 @@ class SlaqPolicy:
         reserve_fraction: float = 0.25,
         min_gain: float = 1e-9,
         normalize: str = "span",
+        learn_scaling: bool = True,
     ) -> None:
         if window < 3 or decay <= 0 or prior_seconds <= 0 or not 0 <= reserve_fraction <= 1:
             raise ValueError("need window >= 3, decay > 0, prior_seconds > 0, 0 <= reserve_fraction <= 1")
@@ -289,6 +300,7 @@ class SlaqPolicy:
         if normalize not in ("span", "max_drop"):
             raise ValueError("normalize must be 'span' or 'max_drop'")
         self.normalize = normalize
+        self.learn_scaling = bool(learn_scaling)
         # job id -> (losses seen, last loss, largest drop, fitted parameters of both families
         # and their residuals): validated against the next snapshot, it warm-starts the fits
         # (one row per job of the last decision; rows looked up by job id)
@@ -343,6 +355,19 @@ class SlaqPolicy:
         self._memory_rows = dict(zip(ids, range(len(ids)), strict=True))
         self._memory_window = np.where(mask, values, np.nan)
 
+    def _fit_speed(self, owner: np.ndarray, cores: np.ndarray, seconds: np.ndarray,
+                   count: int) -> tuple[ThroughputModel, float]:
+        """Every job's throughput fit, and the serial share of the prior that shaped the jobs
+        seen on fewer than ``DATA_DISTINCT`` core counts.
+
+        With ``learn_scaling`` that share is the median of the jobs whose own data decide their
+        fit (:func:`~slaq_mpi.throughput.population_serial_fraction`), else the fixed default.
+        """
+        speed = fit_throughput_flat(owner, cores, seconds, count, self.prior_seconds,
+                                    learn_serial=self.learn_scaling)
+        serial = population_serial_fraction(speed) if self.learn_scaling else SERIAL_FRACTION
+        return speed, serial
+
     def forecast(self, snapshot: ClusterSnapshot) -> Forecast:
         """Fit every active job of ``snapshot``: the predicted reductions the greedy uses."""
         jobs = sorted(snapshot.jobs, key=lambda j: j.job_id)
@@ -362,15 +387,16 @@ class SlaqPolicy:
         flat = np.fromiter(chain.from_iterable(chain.from_iterable(recent)), dtype=np.float64,
                            count=2 * int(obs.sum()))
         owner = np.repeat(np.arange(count), obs)
-        speed = fit_throughput_flat(owner, flat[0::2], flat[1::2], count, self.prior_seconds)
+        speed, serial = self._fit_speed(owner, flat[0::2], flat[1::2], count)
         seen = speed.observed > 0
         if seen.any() and not seen.all():
             t1 = float(np.median(speed.seconds(np.ones(count))[seen]))
             speed = ThroughputModel(
-                alpha=np.where(seen, speed.alpha, (1.0 - SERIAL_FRACTION) * t1),
-                beta=np.where(seen, speed.beta, SERIAL_FRACTION * t1),
+                alpha=np.where(seen, speed.alpha, (1.0 - serial) * t1),
+                beta=np.where(seen, speed.beta, serial * t1),
                 gamma=np.where(seen, speed.gamma, 0.0),
                 observed=speed.observed,
+                distinct=speed.distinct,
             )
         budget = np.fromiter((np.inf if j.max_iterations is None else j.max_iterations for j in jobs),
                              dtype=np.float64, count=count)
