@@ -175,7 +175,8 @@ class CurveFit:
         fitted = amp * (1.0 - shape(fam, p1, p2, m))
         prior = max_drop * prior_reduction(np.maximum(n - 1, 0), m)
         out = np.where(fam == FAMILY_PRIOR, prior, np.where(fam == FAMILY_FLAT, 0.0, fitted))
-        out = np.minimum(out, m * max_drop * 1.5 + 0.0)
+        with np.errstate(over="ignore"):  # m may be huge (a very fast job): the cap is then inf
+            out = np.minimum(out, m * max_drop * 1.5 + 0.0)
         return np.nan_to_num(np.maximum(out, 0.0), nan=0.0, posinf=0.0)
 
     def predict_loss(self, more: np.ndarray | float) -> np.ndarray:
