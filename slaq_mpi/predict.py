@@ -172,10 +172,10 @@ class CurveFit:
         m = np.broadcast_to(m, self.family.shape) if m.ndim == 0 else m
         fam, p1, p2 = (self._col(a, m) for a in (self.family, self.p1, self.p2))
         amp, max_drop, n = (self._col(a, m) for a in (self.amp, self.max_drop, self.n))
-        fitted = amp * (1.0 - shape(fam, p1, p2, m))
-        prior = max_drop * prior_reduction(np.maximum(n - 1, 0), m)
-        out = np.where(fam == FAMILY_PRIOR, prior, np.where(fam == FAMILY_FLAT, 0.0, fitted))
-        with np.errstate(over="ignore"):  # m may be huge (a very fast job): the cap is then inf
+        with np.errstate(over="ignore"):  # extreme histories (1e300 losses): capped below
+            fitted = amp * (1.0 - shape(fam, p1, p2, m))
+            prior = max_drop * prior_reduction(np.maximum(n - 1, 0), m)
+            out = np.where(fam == FAMILY_PRIOR, prior, np.where(fam == FAMILY_FLAT, 0.0, fitted))
             out = np.minimum(out, m * max_drop * 1.5 + 0.0)
         return np.nan_to_num(np.maximum(out, 0.0), nan=0.0, posinf=0.0)
 
