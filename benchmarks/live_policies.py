@@ -1,8 +1,9 @@
 """Run the quickstart for real (slaq run, 8 ranks) once per policy on the same jobs and seed,
 then compare them with `slaq report`.
 
-Usage: python benchmarks/live_policies.py [--config FILE] [--policy NAME ...]
-       (default: configs/quickstart.yaml, policies slaq and fair)
+Usage: python benchmarks/live_policies.py [--config FILE] [--policy NAME ...] [--out DIR]
+       (default: configs/quickstart.yaml, policies slaq and fair; the runs are kept in
+       DIR/<policy> with --out, else deleted)
 Prints the report table, then one JSON line last: {"policies": {NAME: summary}, "runs": ...}.
 """
 
@@ -24,10 +25,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "quickstart.yaml"))
     parser.add_argument("--policy", action="append", dest="policies")
+    parser.add_argument("--out", help="keep the run directories here (DIR/<policy>)")
     args = parser.parse_args()
     policies = args.policies or ["slaq", "fair"]
     raw = yaml.safe_load(Path(args.config).read_text())
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.out or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         runs = []
         for name in policies:
             cfg = dict(raw, policy=name, output_dir=str(Path(tmp) / name))

@@ -10,6 +10,12 @@ time it ended, plus the allocation of every epoch. The metrics follow DESIGN.md 
   the evaluation window;
 * average normalized loss: the mean over active jobs at t, averaged over the time points of
   the window at which at least one job is active (a uniform grid, step ``dt``);
+* **the experiment window of a comparison** (:func:`comparison_window`): runs of the same
+  jobs compared together are averaged over the SAME window, from the first arrival until the
+  first of them has no job left (the earliest makespan end). Over that span every run has
+  active jobs, so the mean over active jobs is defined for all of them; a run's own longer
+  tail of nearly converged jobs is not averaged in (it would reward finishing late). One
+  run alone is averaged over its own window;
 * time to X% loss reduction: from arrival until the end of the first iteration whose normalized
   loss is <= 1 - X/100 (NaN if never reached: such jobs are left out of means and medians and
   counted in ``reached_X``).
@@ -39,6 +45,7 @@ __all__ = [
     "average_normalized_loss",
     "avg_normalized_loss_series",
     "common_l_star",
+    "comparison_window",
     "core_share_by_loss_group",
     "evaluation_grid",
     "job_utility",
@@ -50,6 +57,7 @@ __all__ = [
     "rhos",
     "speedups",
     "summarize",
+    "summarize_runs",
     "time_to_reduction",
     "total_utility",
 ]
@@ -459,3 +467,39 @@ def summarize(run: RunData, l_star: Mapping[str, float],
     out = {name: float(fn(run, l_star)) for name, fn in table.items()}
     out.update(run.extra)
     return out
+
+
+def comparison_window(runs: Iterable[RunData]) -> tuple[float, float] | None:
+    """The common experiment window of runs compared together (None if none has a job).
+
+    From the first arrival in any run until the earliest of the runs' last job ends: the span
+    over which every run still has active jobs.
+    """
+    spans = [(min(j.arrival for j in r.jobs.values()), max(_job_end(j) for j in r.jobs.values()))
+             for r in runs if r.jobs]
+    if not spans:
+        return None
+    lo = min(s[0] for s in spans)
+    return lo, max(lo, min(s[1] for s in spans))
+
+
+def summarize_runs(runs: Mapping[str, RunData], l_star: Mapping[str, float] | None = None,
+                   window: tuple[float, float] | None = None,
+                   metrics: Mapping[str, MetricFn] | None = None,
+                   ) -> tuple[dict[str, dict[str, float]], tuple[float, float] | None]:
+    """:func:`summarize` every run of a comparison, on the same L* and the same window.
+
+    ``l_star`` defaults to :func:`common_l_star` of the runs; ``window`` (of the average
+    normalized loss) to :func:`comparison_window` when there are two runs or more, else each
+    run's own. Returns the rows by label and the window used (None: each run's own).
+    """
+    ls = common_l_star(runs.values()) if l_star is None else l_star
+    if window is None and len(runs) > 1:
+        window = comparison_window(runs.values())
+    table = dict(SUMMARY_METRICS if metrics is None else metrics)
+    if window is not None and window[1] > window[0]:
+        win = window
+        table["avg_normalized_loss"] = lambda r, stars: average_normalized_loss(r, stars, window=win)
+    else:
+        window = None
+    return {label: summarize(run, ls, table) for label, run in runs.items()}, window

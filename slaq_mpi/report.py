@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import SUMMARY_METRICS, RunData, average_normalized_loss, common_l_star, summarize
+from slaq_mpi.evaluation import RunData, common_l_star, summarize_runs
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
-           "load_runs"]
+           "load_runs", "window_line"]
 
 #: Table columns: (summary key, header, format). Other modules append columns here.
 COLUMNS: list[tuple[str, str, str]] = [
@@ -132,16 +132,20 @@ def _window(text: str | None) -> tuple[float, float] | None:
     return lo, hi
 
 
+def window_line(window: tuple[float, float] | None, chosen: bool = False) -> str:
+    """The line saying over which window the average normalized loss was taken."""
+    if window is None:
+        return "average normalized loss over each run's own window (first arrival to last end)"
+    how = "the window given" if chosen else "the common window (first arrival until the first run ends)"
+    return f"average normalized loss over {how}: {window[0]:g}-{window[1]:g} s"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the table and write the PNG figures."""
     runs = load_runs(args.run_dirs)
     l_star = common_l_star(runs.values())
-    window = _window(args.window)
-    metrics = dict(SUMMARY_METRICS)
-    if window is not None:
-        metrics["avg_normalized_loss"] = lambda r, ls: average_normalized_loss(r, ls, window=window)
-        print(f"average normalized loss over the window {window[0]:g}-{window[1]:g} s")
-    rows = {label: summarize(run, l_star, metrics) for label, run in runs.items()}
+    rows, window = summarize_runs(runs, l_star, _window(args.window))
+    print(window_line(window, bool(args.window)))
     print(format_table(rows))
     if args.json:
         print(json.dumps({"runs": {k: {m: (v if math.isfinite(v) else None) for m, v in r.items()}
@@ -168,5 +172,6 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--no-plots", action="store_true", help="print the table only")
     p.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
     p.add_argument("--window", metavar="START:END",
-                   help="average the normalized loss over this time window only (the paper used 800 s)")
+                   help="average the normalized loss over this time window "
+                        "(default: the common window of the runs; the paper used 800 s)")
     p.set_defaults(func=cmd_report)

@@ -13,12 +13,14 @@ from slaq_mpi.evaluation import (
     average_normalized_loss,
     avg_normalized_loss_series,
     common_l_star,
+    comparison_window,
     core_share_by_loss_group,
     makespan,
     normalized_loss,
     normalized_loss_at,
     reduction_times,
     summarize,
+    summarize_runs,
     time_to_reduction,
 )
 
@@ -78,6 +80,26 @@ def test_average_over_active_jobs_only() -> None:
     series = avg_normalized_loss_series(run, {"a": 0.0, "b": 0.0}, grid)
     assert series == pytest.approx([1, 1, 1, 1, 0.75, 0.75, 0.55, 0.55])
     assert average_normalized_loss(run, {"a": 0.0, "b": 0.0}, dt=0.5) == pytest.approx(0.825)
+
+
+def test_compared_runs_share_one_window() -> None:
+    # the same job under two policies: "fast" converges by t=4; "slow" is behind until t=4,
+    # then sits near L* until t=20. Over its own window the slow run's long low tail would
+    # make it look better (0.1775 < 0.65); over the common window [0, 4) it is worse.
+    fast = run_of([A], policy="fast")
+    slow_a = job("a", 0.0, [10.0, 8.0, 5.0, 1.0, 0.1], [1.0, 2.0, 3.0, 4.0, 5.0], end=20.0)
+    slow = run_of([slow_a], policy="slow")
+    assert average_normalized_loss(slow, {"a": 0.0}, dt=0.5) == pytest.approx(3.55 / 20)
+    assert comparison_window([fast, slow]) == (0.0, 4.0)
+    rows, window = summarize_runs({"fast": fast, "slow": slow})
+    assert window == (0.0, 4.0)
+    assert rows["fast"]["avg_normalized_loss"] == pytest.approx(0.65)
+    assert rows["slow"]["avg_normalized_loss"] == pytest.approx(3.3 / 4)
+    # one run alone: its own window; an explicit window wins
+    alone, none = summarize_runs({"slow": slow}, {"a": 0.0})
+    assert none is None and alone["slow"]["avg_normalized_loss"] == pytest.approx(3.55 / 20)
+    given, win = summarize_runs({"fast": fast, "slow": slow}, window=(2.0, 4.0))
+    assert win == (2.0, 4.0) and given["slow"]["avg_normalized_loss"] == pytest.approx(1.3 / 2)
 
 
 def test_common_l_star_is_lowest_known_in_any_run() -> None:

@@ -35,8 +35,8 @@ def _num(v: float) -> float | None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
     from slaq_mpi import config
-    from slaq_mpi.evaluation import common_l_star, summarize
-    from slaq_mpi.report import format_table
+    from slaq_mpi.evaluation import summarize_runs
+    from slaq_mpi.report import format_table, window_line
     from slaq_mpi.sim.run import run_policies
     from slaq_mpi.sim.settings import check_policy_name
 
@@ -46,8 +46,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     say = _progress(args)
     runs = run_policies(spec, args.policy or None, out=out, progress=say, max_epochs=args.max_epochs)
-    l_star = common_l_star(runs.values())
-    rows = {name: summarize(run, l_star) for name, run in runs.items()}
+    rows, window = summarize_runs(runs)
+    say(window_line(window))
     say(format_table(rows))
     if out is not None:
         say(f"metrics written to {out}/<policy>/metrics.h5; plots: slaq report {out}/*")
