@@ -2,11 +2,15 @@
 
 Waiting never busy-polls: MPICH spins at 100% CPU inside a blocking receive, which steals
 cores from training when ranks outnumber cores. Every wait here tests a request and sleeps
-between tests with a short backoff (``_wait``).
+between tests with a short backoff (``_wait``). A job's own collectives (``MPIGroup.allreduce``,
+called every iteration) block as usual on a node with a core per rank; on an oversubscribed
+node (:func:`detect_oversubscription`) they too wait sleeping, so a rank waiting for a peer
+leaves the CPU to the peer instead of spinning on it.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import time
@@ -23,6 +27,9 @@ _SLEEP_MIN = 0.0002
 _SLEEP_MAX = 0.002
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _WORLD = MPI.COMM_WORLD
+_GROUP_SLEEP = 0.0001  # sleep between tests of a job's collective on an oversubscribed node
+_GROUP_SPINS = 20  # tests before the first sleep: a collective whose peers are ready is quick
+_oversubscribed = False
 
 
 def world_rank() -> int:
@@ -56,6 +63,38 @@ def _wait(request: MPI.Request) -> Any:
         delay = min(delay * 1.5, _SLEEP_MAX)
 
 
+def _wait_collective(request: MPI.Request) -> None:
+    """Complete a job's collective: a few quick tests, then tests with short sleeps."""
+    for _ in range(_GROUP_SPINS):
+        if request.Test():
+            return
+    while not request.Test():
+        time.sleep(_GROUP_SLEEP)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a Slurm allocation's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def detect_oversubscription() -> tuple[int, int]:
+    """Collective over the world: count the busy ranks (all but rank 0, which mostly sleeps)
+    on this node and compare them with its usable CPUs. If they outnumber the CPUs, jobs'
+    collectives wait sleeping from now on. Returns ``(busy ranks, cpus)`` of this node."""
+    global _oversubscribed
+    local = _WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        busy = local.allreduce(0 if _WORLD.Get_rank() == 0 else 1, op=MPI.SUM)
+    finally:
+        local.Free()
+    cpus = usable_cpus()
+    _oversubscribed = busy > cpus
+    return busy, cpus
+
+
 def sleep_until(deadline: float) -> None:
     """Sleep until ``time.monotonic()`` reaches ``deadline``."""
     left = deadline - time.monotonic()
@@ -75,7 +114,10 @@ class MPIGroup:
         """Element-wise reduction over the group; every rank gets the result."""
         send = np.ascontiguousarray(array, dtype=np.float64)
         out = np.empty_like(send)
-        self._comm.Allreduce(send, out, op=_OPS[op])
+        if _oversubscribed and self.size > 1:
+            _wait_collective(self._comm.Iallreduce(send, out, op=_OPS[op]))
+        else:
+            self._comm.Allreduce(send, out, op=_OPS[op])
         return out
 
     def bcast_flag(self, flag: bool) -> bool:

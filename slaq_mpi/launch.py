@@ -100,7 +100,12 @@ def run_command(args: argparse.Namespace) -> int:
             raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {size} ranks; "
                               f"ask the launcher for at least {max(2, spec.ranks)}")
         return 2
+    busy, cpus = comm.detect_oversubscription()
     if rank == 0:
+        if busy > cpus:
+            print(f"slaq: {busy} worker ranks share {cpus} CPUs on {comm.hostname()}: jobs' "
+                  "collectives wait sleeping instead of spinning (speedups are below a cluster's)",
+                  flush=True)
         if size > spec.ranks:
             print(f"slaq: the launch gave {size} ranks (config asks {spec.ranks}); using all {size}",
                   flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import h5py
@@ -26,10 +27,18 @@ def _config(tmp_path: Path, name: str, **changes: object) -> Path:
     return path
 
 
-def _run(n: int, config: Path, cwd: Path) -> None:
+def _run(n: int, config: Path, cwd: Path) -> str:
     proc = run_mpi(n, ["-m", "slaq_mpi", "run", str(config)], cwd=cwd, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "epoch    0" in proc.stdout
+    return proc.stdout
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def test_moved_job_matches_fixed_ranks(tmp_path: Path) -> None:
@@ -52,7 +61,9 @@ def test_moved_job_matches_fixed_ranks(tmp_path: Path) -> None:
 
 def test_quickstart_shape_run_on_8_ranks(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "small8.yaml")
-    _run(8, cfg, tmp_path)
+    out = _run(8, cfg, tmp_path)
+    # 7 busy worker ranks: on fewer CPUs the run says its jobs' collectives wait sleeping
+    assert ("worker ranks share" in out) == (_cpus() < 7), out[:2000]
     with h5py.File(tmp_path / "run" / "metrics.h5") as f:
         statuses = {n: g.attrs["status"] for n, g in f["jobs"].items()}
         assert set(statuses.values()) == {"done"}, statuses
