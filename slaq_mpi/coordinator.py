@@ -23,7 +23,7 @@ from slaq_mpi.datasets import materialize
 from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
 from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
-from slaq_mpi.plan import Plan, Report
+from slaq_mpi.plan import Plan, Report, epoch_length
 from slaq_mpi.policies import get_policy
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
@@ -134,14 +134,16 @@ class Coordinator:
                 time.sleep(min(0.05, max(0.0, wake - self.now())))
                 self._check_stop_file()
             return None
-        snap = self._snapshot(now, active)
+        length = epoch_length(now, min((j.arrival for j in pending), default=None),
+                              self.spec.epoch_seconds)
+        snap = self._snapshot(now, active, length)
         t = time.perf_counter()
         alloc = self._checked(self.policy.allocate(snap), active)
         decision_ms = (time.perf_counter() - t) * 1000.0
         ranks, moved = place(self.ranks, alloc, self.workers)
         plan = Plan(
             epoch=self.epoch,
-            epoch_seconds=self.spec.epoch_seconds,
+            epoch_seconds=length,
             ranks=ranks,
             moved=frozenset(moved),
             iterations={j: self.record.jobs[j].iterations for j in moved if j in ranks},
@@ -164,7 +166,7 @@ class Coordinator:
         self.epoch += 1
         return None
 
-    def _snapshot(self, now: float, active: list[JobRecord]) -> ClusterSnapshot:
+    def _snapshot(self, now: float, active: list[JobRecord], length: float) -> ClusterSnapshot:
         jobs = tuple(
             JobSnapshot(
                 job_id=j.name,
@@ -181,7 +183,7 @@ class Coordinator:
             )
             for j in sorted(active, key=lambda r: (r.arrival, r.name))
         )
-        return ClusterSnapshot(len(self.workers), now, self.spec.epoch_seconds, jobs)
+        return ClusterSnapshot(len(self.workers), now, length, jobs)
 
     def _spec_of(self, name: str) -> Any:
         return next(j for j in self.spec.jobs if j.name == name)

@@ -4,6 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+MIN_EPOCH_SHARE = 0.25  # an epoch shortened for an arrival lasts at least this share of one
+
+
+def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -> float:
+    """How long the epoch starting at ``now`` lasts.
+
+    The configured ``epoch_seconds``, shortened to end when the next job arrives (arrival
+    times are known from the experiment), but never below ``MIN_EPOCH_SHARE`` of it: a new job
+    then waits for its first decision at most a quarter epoch, not up to a whole one. The
+    live coordinator and the simulator both use this.
+    """
+    if next_arrival is None:
+        return epoch_seconds
+    gap = next_arrival - now
+    if gap >= epoch_seconds:
+        return epoch_seconds
+    return max(gap, MIN_EPOCH_SHARE * epoch_seconds)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -11,7 +29,7 @@ class Plan:
 
     Attributes:
         epoch: epoch number (0-based, continues across resumes).
-        epoch_seconds: how long each job iterates before reporting.
+        epoch_seconds: how long each job iterates before reporting (:func:`epoch_length`).
         ranks: the world ranks of every job that runs this epoch.
         moved: jobs whose rank set changed: their ranks re-split the world and restore the
             job from its checkpoint; every other job carries on in memory.

@@ -122,7 +122,10 @@ def test_policy_sees_only_the_past() -> None:
             assert js.arrival <= snap.now
             assert all(c == 2 for c, _ in js.throughput)
     assert seen[0].jobs[0].job_id == "a" and len(seen[0].jobs) == 1
-    assert any(len(s.jobs) == 2 for s in seen) and seen[3].now == 3.0
+    # the epoch before b's arrival at 2.5 is cut to end then, so b is admitted at once
+    assert [s.now for s in seen[:4]] == [0.0, 1.0, 2.0, 2.5]
+    assert [s.epoch_seconds for s in seen[:4]] == [1.0, 1.0, 0.5, 1.0]
+    assert [len(s.jobs) for s in seen[:4]] == [1, 1, 1, 2]
 
 
 def test_overallocation_is_an_error() -> None:

@@ -1,6 +1,8 @@
 """The discrete-event simulator: epochs of ``epoch_seconds`` over ``capacity`` cores.
 
-At the start of every epoch the jobs that have arrived are admitted, the policy is called on a
+At the start of every epoch (of ``epoch_seconds``, shortened to end at the next arrival as
+the live coordinator does: :func:`slaq_mpi.plan.epoch_length`) the jobs that have arrived are
+admitted, the policy is called on a
 :class:`~slaq_mpi.snapshot.ClusterSnapshot` built exactly as the live coordinator builds it
 (losses reported so far, one observed ``(cores, seconds/iteration)`` pair per epoch run,
 attained core-seconds), and every job then iterates at its scaling model's speed until the
@@ -9,7 +11,7 @@ carries over to the next epoch and no job holds up the others; with ``live`` the
 what the MPI runtime does: every running job completes at least one whole iteration per epoch,
 starts none that would end after the deadline, and the next epoch begins when the slowest job
 has reported. A job stops when its stop rule holds; its cores are free again at the next epoch.
-Epochs in which no job is active are skipped (time jumps to the next arrival on the epoch grid).
+Epochs in which no job is active are skipped (time jumps to the next arrival).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from slaq_mpi.errors import SlaqError
 from slaq_mpi.evaluation import JobTrace, RunData
+from slaq_mpi.plan import epoch_length
 from slaq_mpi.sim.workload import SimJob
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
@@ -171,11 +174,13 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         if horizon is not None and now >= horizon:
             break
         if not active and pending[nxt].job.arrival > now:
-            now += math.ceil((pending[nxt].job.arrival - now) / epoch_seconds) * epoch_seconds
+            now = pending[nxt].job.arrival  # idle: the next decision is at the arrival, as live
         while nxt < len(pending) and pending[nxt].job.arrival <= now:
             active.append(pending[nxt])
             nxt += 1
-        snap = ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=epoch_seconds,
+        length = epoch_length(now, pending[nxt].job.arrival if nxt < len(pending) else None,
+                              epoch_seconds)
+        snap = ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=length,
                                jobs=tuple(s.snapshot() for s in active))
         t0 = time.perf_counter()
         raw = policy.allocate(snap)
@@ -187,12 +192,12 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
             c = alloc.get(s.job.name, 0)
             if c:
                 row[s.col] = c
-            ends.append(_advance(s, c, now, epoch_seconds, time_noise, reconfigure_seconds, live))
+            ends.append(_advance(s, c, now, length, time_noise, reconfigure_seconds, live))
         epoch_t.append(now)
         rows.append(row)
-        step = epoch_seconds
+        step = length
         if live:
-            step = max(epoch_seconds, max(ends, default=now) - now)
+            step = max(length, max(ends, default=now) - now)
             for s in active:
                 held = (s.end if not math.isnan(s.end) else now + step) - now
                 s.attained += s.cores * held
