@@ -286,3 +286,23 @@ def test_throughput_prior_learned_from_other_jobs_scaling() -> None:
     t_fixed = fixed.speed.seconds(np.full(5, 256.0))[row]
     assert t_learned < 0.2 * t_fixed
     assert t_learned == pytest.approx(8.0 / 256, rel=0.1)
+
+
+def test_span_of_boosted_trees_stays_near_the_true_first_loss_above_the_final_loss() -> None:
+    """Recorded gradient-boosting curves (noisy 1/k-like tails): a window fit's asymptote can
+    sit far below the final loss (it gave 9-17x the true ``L_0 - L*`` at some lengths); the loss
+    left is capped by what a 1/k tail leaves, so the span stays within 30% of the truth."""
+    from slaq_mpi.sim.curves import CurveLibrary
+
+    lib = CurveLibrary.load()
+    ratios = []
+    for algorithm in ("gbt", "gbt_classifier"):
+        for curve in lib.for_algorithm(algorithm):
+            losses = np.asarray(curve.losses, dtype=np.float64)
+            true = losses[0] - min(curve.l_star, float(losses.min()))
+            for n in (50, 80, 120, 160, 200):
+                snap = ClusterSnapshot(8, 0.0, 2.0, (JobSnapshot(
+                    "a", tuple(losses[:n].tolist()), ((1, 1.0),), 1, 8, convergence="sublinear"),))
+                ratios.append(float(SlaqPolicy().forecast(snap).curves.span[0]) / true)
+    assert len(ratios) >= 20
+    assert 0.7 <= min(ratios) and max(ratios) <= 1.3, sorted(ratios)

@@ -236,12 +236,25 @@ class Forecast:
         return np.minimum(np.floor(self.speed.best_cores() + 1e-9), self.caps).astype(np.int64)
 
 
+TAIL_HORIZON = 10.0  # iterations: the shortest look-ahead of the estimate of the loss left
+TAIL_FACTOR = 2.0  # loss left <= this x the drop over the next max(n, TAIL_HORIZON) iterations
+
+
 def _spans(histories: list, curves: CurveFit) -> np.ndarray:
-    """Per job ``L_0 - L*``: first loss minus the fit's asymptote (or the last loss, if lower)."""
+    """Per job ``L_0 - L*``: first loss minus the estimated final loss ``L*``.
+
+    ``L*`` is the fit's asymptote, but the loss left (``last - L*``) is at most
+    ``TAIL_FACTOR`` times the fit's drop over the next ``max(n, TAIL_HORIZON)`` iterations:
+    what a ``1/k`` tail leaves after ``n`` iterations. A 1/k-like fit of a short window puts
+    its asymptote far below the true final loss (3-5x the true ``L_0 - L*`` for boosted trees
+    after 50-200 rounds), which made every later reduction of such a job look small.
+    """
     count = len(histories)
     first = np.fromiter((h[0] if len(h) else np.nan for h in histories), dtype=np.float64, count=count)
     fitted = (curves.family == FAMILY_SUBLINEAR) | (curves.family == FAMILY_LINEAR)
-    low = np.where(fitted, np.minimum(curves.floor, curves.last), curves.last)
+    left = TAIL_FACTOR * curves.drop(np.maximum(curves.n, TAIL_HORIZON))
+    low = np.where(fitted, np.maximum(np.minimum(curves.floor, curves.last), curves.last - left),
+                   curves.last)
     with np.errstate(invalid="ignore"):
         span = first - low
     span = np.where(np.isfinite(span) & (span > 0), span, 0.0)
