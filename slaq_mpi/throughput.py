@@ -141,6 +141,8 @@ def fit_throughput_flat(
         t1 = np.where(count > 0, np.exp(log_t1 / np.maximum(count, 1.0)), prior_t1)
     # relative-error weighted normal equations, in units of t1
     phi = _features(a)
+    log_a = np.bincount(job, weights=np.log2(a), minlength=jobs) / np.maximum(count, 1.0)
+    phi_ref = _features(2.0**log_a)  # at each job's typical (geometric mean) core count
     ts = np.clip(t / t1[job], 1e-9, 1e9)
     wts = 1.0 / np.maximum(ts, 1e-12) ** 2
     gram = np.zeros((jobs, 3, 3))
@@ -162,7 +164,20 @@ def fit_throughput_flat(
     for step, group in enumerate((np.flatnonzero(done), np.flatnonzero(~done))):
         if group.size:
             theta[group] = _solve_group(gram[group], rhs[group], scale[group], count[group],
-                                        prior_gram, prior_theta)
+                                        prior_gram, prior_theta, phi_ref[group])
+        if step == 0 and group.size:
+            # the data's own one-core time may be far from the prior's t1 (the prior's serial
+            # share guessed it): once more in units of the fitted t1, so the prior is centred
+            # on what the data say
+            fit_t1 = theta[group, 0] + theta[group, 1]
+            off = group[(fit_t1 > 1.5) | (fit_t1 < 1.0 / 1.5)]
+            if off.size:
+                ratio = np.maximum(theta[off, 0] + theta[off, 1], 1e-9)
+                t1[off] = t1[off] * ratio
+                gram[off] = gram[off] * (ratio**2)[:, None, None]
+                rhs[off] = rhs[off] * ratio[:, None]
+                theta[off] = _solve_group(gram[off], rhs[off], scale[off], count[off],
+                                          prior_gram, prior_theta, phi_ref[off])
         if step == 1 or not learn_serial or group.size == jobs:
             break
         # the others' prior: the serial share of the jobs whose data decide (fitted above)
@@ -192,23 +207,33 @@ def fit_throughput_flat(
 
 
 def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np.ndarray,
-                 prior_gram: np.ndarray, prior_theta: np.ndarray) -> np.ndarray:
+                 prior_gram: np.ndarray, prior_theta: np.ndarray,
+                 phi_ref: np.ndarray | None = None) -> np.ndarray:
     """Solve the jobs' normal equations plus ``scale`` times the prior's, with coefficients
-    kept non-negative (negative ones pinned to 0 and the system re-solved, up to three times)."""
+    kept non-negative.
+
+    While a job has negative coefficients, the one whose term is most negative at the job's
+    typical core count (``phi_ref``: the features there; default 1 core) is pinned to 0 and the
+    system re-solved (up to three times). One at a time: core counts in a narrow range leave
+    ``alpha / a`` and ``gamma log2(a)`` nearly collinear, the unconstrained solution may make
+    both negative, and pinning both would leave a constant (no speed-up at all) where pinning
+    the communication term alone recovers the data's speed-up.
+    """
     gram = gram + prior_gram[None] * scale[:, None, None]
     rhs = rhs + (prior_gram @ prior_theta)[None] * scale[:, None]
     theta = _solve(gram + 1e-12 * np.eye(3)[None], rhs)
-    pinned = theta < -1e-12
-    todo = np.flatnonzero(pinned.any(axis=1))
-    for _ in range(3):  # pin negative coefficients to 0 and re-solve those jobs
+    ref = _features(np.ones(1))[np.zeros(theta.shape[0], dtype=np.int64)] if phi_ref is None else phi_ref
+    pinned = np.zeros(theta.shape, dtype=bool)
+    for _ in range(3):
+        neg = (theta < -1e-12) & ~pinned
+        todo = np.flatnonzero(neg.any(axis=1))
         if not todo.size:
             break
+        worst = np.argmin(np.where(neg[todo], theta[todo] * ref[todo], np.inf), axis=1)
+        pinned[todo, worst] = True
         stiff = 1e9 * np.maximum(count[todo], 1.0)[:, None, None]
         g = gram[todo] + np.eye(3)[None] * (stiff * pinned[todo, :, None] + 1e-12)
         theta[todo] = _solve(g, rhs[todo] * ~pinned[todo])
-        neg = theta[todo] < -1e-12
-        pinned[todo] |= neg
-        todo = todo[neg.any(axis=1)]
     return theta
 
 

@@ -122,3 +122,17 @@ def test_learned_serial_prior_needs_enough_jobs() -> None:
     np.testing.assert_allclose(learned.beta, fixed.beta)
     assert learned.distinct.tolist() == [3, 1, 0]
     assert MIN_POPULATION_JOBS > 1
+
+
+def test_core_counts_in_a_narrow_range_keep_the_data_speed_up() -> None:
+    """Seen only at 518-639 cores, ``1/a`` and ``log2(a)`` are nearly collinear: the
+    unconstrained fit made both coefficients negative, pinning both left a constant model
+    (0.44 s on any core count, for a job that takes 243 s on one). Pinning the worse term alone,
+    in units of the data's own one-core time, recovers the scaling."""
+    true = (243.434, 0.01, 0.002)
+    cores = np.array([639.0, 639.0, 559.0, 518.0])
+    seconds = true[0] / cores + true[1] + true[2] * np.log2(cores)
+    model = fit_throughput_flat(np.zeros(4, dtype=np.int64), cores, seconds, 1, learn_serial=True)
+    probe = np.array([1.0, 64.0, 600.0])
+    want = true[0] / probe + true[1] + true[2] * np.log2(probe)
+    np.testing.assert_allclose(model.seconds(probe), want, rtol=0.05)
