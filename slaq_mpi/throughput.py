@@ -166,11 +166,11 @@ def fit_throughput_flat(
             theta[group] = _solve_group(gram[group], rhs[group], scale[group], count[group],
                                         prior_gram, prior_theta, phi_ref[group])
         if step == 0 and group.size:
-            # the data's own one-core time may be far from the prior's t1 (the prior's serial
+            # a rich job's own one-core time may be far from the prior's t1 (the prior's serial
             # share guessed it): once more in units of the fitted t1, so the prior is centred
             # on what the data say
             fit_t1 = theta[group, 0] + theta[group, 1]
-            off = group[(fit_t1 > 1.5) | (fit_t1 < 1.0 / 1.5)]
+            off = group[rich[group] & ((fit_t1 > 1.5) | (fit_t1 < 1.0 / 1.5))]
             if off.size:
                 ratio = np.maximum(theta[off, 0] + theta[off, 1], 1e-9)
                 t1[off] = t1[off] * ratio
@@ -207,13 +207,12 @@ def fit_throughput_flat(
 
 
 def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np.ndarray,
-                 prior_gram: np.ndarray, prior_theta: np.ndarray,
-                 phi_ref: np.ndarray | None = None) -> np.ndarray:
+                 prior_gram: np.ndarray, prior_theta: np.ndarray, phi_ref: np.ndarray) -> np.ndarray:
     """Solve the jobs' normal equations plus ``scale`` times the prior's, with coefficients
     kept non-negative.
 
     While a job has negative coefficients, the one whose term is most negative at the job's
-    typical core count (``phi_ref``: the features there; default 1 core) is pinned to 0 and the
+    typical core count (``phi_ref``: the features there) is pinned to 0 and the
     system re-solved (up to three times). One at a time: core counts in a narrow range leave
     ``alpha / a`` and ``gamma log2(a)`` nearly collinear, the unconstrained solution may make
     both negative, and pinning both would leave a constant (no speed-up at all) where pinning
@@ -222,14 +221,13 @@ def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np
     gram = gram + prior_gram[None] * scale[:, None, None]
     rhs = rhs + (prior_gram @ prior_theta)[None] * scale[:, None]
     theta = _solve(gram + 1e-12 * np.eye(3)[None], rhs)
-    ref = _features(np.ones(1))[np.zeros(theta.shape[0], dtype=np.int64)] if phi_ref is None else phi_ref
     pinned = np.zeros(theta.shape, dtype=bool)
     for _ in range(3):
         neg = (theta < -1e-12) & ~pinned
         todo = np.flatnonzero(neg.any(axis=1))
         if not todo.size:
             break
-        worst = np.argmin(np.where(neg[todo], theta[todo] * ref[todo], np.inf), axis=1)
+        worst = np.argmin(np.where(neg[todo], theta[todo] * phi_ref[todo], np.inf), axis=1)
         pinned[todo, worst] = True
         stiff = 1e9 * np.maximum(count[todo], 1.0)[:, None, None]
         g = gram[todo] + np.eye(3)[None] * (stiff * pinned[todo, :, None] + 1e-12)

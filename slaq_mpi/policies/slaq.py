@@ -246,8 +246,8 @@ def _spans(histories: list, curves: CurveFit) -> np.ndarray:
     ``L*`` is the fit's asymptote, but the loss left (``last - L*``) is at most
     ``TAIL_FACTOR`` times the fit's drop over the next ``max(n, TAIL_HORIZON)`` iterations:
     what a ``1/k`` tail leaves after ``n`` iterations. A 1/k-like fit of a short window puts
-    its asymptote far below the true final loss (3-5x the true ``L_0 - L*`` for boosted trees
-    after 50-200 rounds), which made every later reduction of such a job look small.
+    its asymptote far below the true final loss (up to 17x the true ``L_0 - L*`` for boosted
+    trees after 50-200 rounds), which made every later reduction of such a job look small.
     """
     count = len(histories)
     first = np.fromiter((h[0] if len(h) else np.nan for h in histories), dtype=np.float64, count=count)
