@@ -419,14 +419,16 @@ def fit_windows_warm(
     family = np.where(valid_n < MIN_FIT_POINTS, FAMILY_PRIOR, family)
     family = np.where((family == FAMILY_PRIOR) & (n >= MIN_FIT_POINTS) & (max_drop <= 0), FAMILY_FLAT,
                       family).astype(np.int8)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # extreme losses: capped
         rms = np.sqrt(np.maximum(sse, 0.0) / s_w)
+        amp_loss = amp * scale
+        floor = last + off * scale
     fit = CurveFit(
         family=family,
-        amp=np.nan_to_num(np.where(found, amp * scale, 0.0), nan=0.0, posinf=0.0, neginf=0.0),
+        amp=np.nan_to_num(np.where(found, amp_loss, 0.0), nan=0.0, posinf=0.0, neginf=0.0),
         p1=np.nan_to_num(np.where(found, p1, 0.0)),
         p2=np.nan_to_num(np.where(found, p2, 0.0)),
-        floor=np.nan_to_num(np.where(found, last + off * scale, last)),
+        floor=np.nan_to_num(np.where(found, floor, last)),
         last=np.nan_to_num(last),
         n=n.astype(np.float64),
         max_drop=np.nan_to_num(max_drop),
