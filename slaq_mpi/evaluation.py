@@ -16,6 +16,10 @@ time it ended, plus the allocation of every epoch. The metrics follow DESIGN.md 
   active jobs, so the mean over active jobs is defined for all of them; a run's own longer
   tail of nearly converged jobs is not averaged in (it would reward finishing late). One
   run alone is averaged over its own window;
+* normalized loss job-seconds: every job's normalized loss integrated over its active time in
+  the window, summed over jobs (:func:`normalized_loss_job_seconds`). The average above is taken
+  over the jobs still active, so it falls when a nearly converged job stays active longer;
+  the job-seconds do not. :func:`mean_active_jobs` shows how many were active;
 * time to X% loss reduction: from arrival until the end of the first iteration whose normalized
   loss is <= 1 - X/100 (NaN if never reached: such jobs are left out of means and medians and
   counted in ``reached_X``).
@@ -35,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -50,7 +55,9 @@ __all__ = [
     "evaluation_grid",
     "job_utility",
     "makespan",
+    "mean_active_jobs",
     "normalized_loss",
+    "normalized_loss_job_seconds",
     "normalized_loss_at",
     "power_mean",
     "reduction_times",
@@ -185,6 +192,10 @@ def makespan(run: RunData) -> float:
     return max(0.0, last - first)
 
 
+def _grid_step(run: RunData, dt: float | None) -> float:
+    return dt if dt is not None else max(run.epoch_seconds / 4.0, 1e-3)
+
+
 def evaluation_grid(run: RunData, dt: float | None = None,
                     window: tuple[float, float] | None = None) -> np.ndarray:
     """Uniform time points over ``window`` (default: first arrival to last end)."""
@@ -194,16 +205,16 @@ def evaluation_grid(run: RunData, dt: float | None = None,
         lo = min(j.arrival for j in run.jobs.values())
         hi = max(_job_end(j) for j in run.jobs.values())
         window = (lo, hi)
-    step = dt if dt is not None else max(run.epoch_seconds / 4.0, 1e-3)
+    step = _grid_step(run, dt)
     lo, hi = window
     if hi <= lo:
         return np.array([lo])
     return np.arange(lo, hi, step)
 
 
-def avg_normalized_loss_series(run: RunData, l_star: Mapping[str, float],
-                               grid: np.ndarray) -> np.ndarray:
-    """Mean normalized loss over the jobs active at each time of ``grid`` (NaN if none)."""
+def _active_sums(run: RunData, l_star: Mapping[str, float],
+                 grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At each time of ``grid``: the sum of the active jobs' normalized losses, and their count."""
     total = np.zeros(len(grid))
     count = np.zeros(len(grid))
     for name, job in run.jobs.items():
@@ -211,6 +222,13 @@ def avg_normalized_loss_series(run: RunData, l_star: Mapping[str, float],
         ok = ~np.isnan(vals)
         total[ok] += vals[ok]
         count[ok] += 1
+    return total, count
+
+
+def avg_normalized_loss_series(run: RunData, l_star: Mapping[str, float],
+                               grid: np.ndarray) -> np.ndarray:
+    """Mean normalized loss over the jobs active at each time of ``grid`` (NaN if none)."""
+    total, count = _active_sums(run, l_star, grid)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
@@ -221,6 +239,26 @@ def average_normalized_loss(run: RunData, l_star: Mapping[str, float], dt: float
     series = avg_normalized_loss_series(run, l_star, evaluation_grid(run, dt, window))
     series = series[~np.isnan(series)]
     return float(series.mean()) if len(series) else math.nan
+
+
+def normalized_loss_job_seconds(run: RunData, l_star: Mapping[str, float], dt: float | None = None,
+                                window: tuple[float, float] | None = None) -> float:
+    """Sum over jobs of their normalized loss integrated over their active time in the window.
+
+    In job-seconds (1.0 for one job waiting one second at its initial loss). Unlike the average
+    over active jobs it does not fall when a nearly converged job stays active longer (the
+    average then has one more near-zero term), nor rise when such a job finishes.
+    """
+    grid = evaluation_grid(run, dt, window)
+    total, _ = _active_sums(run, l_star, grid)
+    return float(total.sum() * _grid_step(run, dt)) if len(grid) > 1 else 0.0
+
+
+def mean_active_jobs(run: RunData, l_star: Mapping[str, float], dt: float | None = None,
+                     window: tuple[float, float] | None = None) -> float:
+    """Jobs active at a time of the window, averaged over the whole window."""
+    _, count = _active_sums(run, l_star, evaluation_grid(run, dt, window))
+    return float(count.mean()) if len(count) else math.nan
 
 
 def reduction_times(run: RunData, l_star: Mapping[str, float], percent: float) -> np.ndarray:
@@ -439,6 +477,8 @@ def _nanmin(a: np.ndarray) -> float:
 #: Scalar metrics of a run, in report order: name -> f(run, l_star). Extend by adding entries.
 SUMMARY_METRICS: dict[str, MetricFn] = {
     "avg_normalized_loss": average_normalized_loss,
+    "normalized_loss_job_s": normalized_loss_job_seconds,
+    "mean_active_jobs": mean_active_jobs,
     "mean_time_to_90": lambda r, ls: _nanmean(reduction_times(r, ls, 90)),
     "median_time_to_90": lambda r, ls: _nanmedian(reduction_times(r, ls, 90)),
     "mean_time_to_95": lambda r, ls: _nanmean(reduction_times(r, ls, 95)),
@@ -498,8 +538,10 @@ def summarize_runs(runs: Mapping[str, RunData], l_star: Mapping[str, float] | No
         window = comparison_window(runs.values())
     table = dict(SUMMARY_METRICS if metrics is None else metrics)
     if window is not None and window[1] > window[0]:
-        win = window
-        table["avg_normalized_loss"] = lambda r, stars: average_normalized_loss(r, stars, window=win)
+        for key, fn in (("avg_normalized_loss", average_normalized_loss),
+                        ("normalized_loss_job_s", normalized_loss_job_seconds),
+                        ("mean_active_jobs", mean_active_jobs)):
+            table[key] = partial(fn, window=window)
     else:
         window = None
     return {label: summarize(run, ls, table) for label, run in runs.items()}, window

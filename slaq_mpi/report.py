@@ -24,6 +24,8 @@ __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison",
 #: Table columns: (summary key, header, format). Other modules append columns here.
 COLUMNS: list[tuple[str, str, str]] = [
     ("avg_normalized_loss", "avg norm loss", "{:.4f}"),
+    ("normalized_loss_job_s", "loss job-s", "{:.1f}"),
+    ("mean_active_jobs", "active jobs", "{:.1f}"),
     ("median_time_to_90", "t90 median s", "{:.1f}"),
     ("mean_time_to_90", "t90 mean s", "{:.1f}"),
     ("median_time_to_95", "t95 median s", "{:.1f}"),
@@ -38,7 +40,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("decision_ms", "decision ms", "{:.2f}"),
 ]
 #: Lower-is-better metrics compared against a baseline policy under the table.
-COMPARED = ("avg_normalized_loss", "mean_time_to_90", "mean_time_to_95")
+COMPARED = ("avg_normalized_loss", "mean_time_to_90", "mean_time_to_95", "normalized_loss_job_s")
 
 
 def _fmt(fmt: str, val: Any) -> str:
@@ -79,9 +81,9 @@ def format_comparison(rows: Mapping[str, Mapping[str, float]], baseline: str = "
             parts = [f"{k} {_change(r.get(k, math.nan), base.get(k, math.nan))}" for k in COMPARED]
             out.append(f"{label} vs {baseline}: " + ", ".join(parts))
     if "slaq" in rows and "oracle" in rows:
-        k = "avg_normalized_loss"
-        change = _change(rows["slaq"].get(k, math.nan), rows["oracle"].get(k, math.nan))
-        out.append(f"slaq vs oracle: {k} {change}")
+        parts = [f"{k} {_change(rows['slaq'].get(k, math.nan), rows['oracle'].get(k, math.nan))}"
+                 for k in ("avg_normalized_loss", "normalized_loss_job_s")]
+        out.append("slaq vs oracle: " + ", ".join(parts))
     return "\n".join(out)
 
 

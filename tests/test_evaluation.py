@@ -16,8 +16,10 @@ from slaq_mpi.evaluation import (
     comparison_window,
     core_share_by_loss_group,
     makespan,
+    mean_active_jobs,
     normalized_loss,
     normalized_loss_at,
+    normalized_loss_job_seconds,
     reduction_times,
     summarize,
     summarize_runs,
@@ -210,3 +212,21 @@ def test_power_mean() -> None:
     assert power_mean(v, 1.0) == pytest.approx(2.5)
     assert power_mean(np.array([0.0, 3.0]), -1.0) == 0.0
     assert math.isnan(power_mean(np.array([np.nan])))
+
+
+def test_a_converged_job_kept_active_lowers_the_average_but_not_the_job_seconds() -> None:
+    """The average over active jobs falls when a job at normalized loss 0 stays active longer;
+    the integrated normalized loss (job-seconds) does not, and the active count shows why."""
+    early = job("b", 0.0, [4.0, 0.0], [0.5, 1.0], end=2.0)
+    late = job("b", 0.0, [4.0, 0.0], [0.5, 1.0], end=8.0)
+    short, long_ = run_of([A, early]), run_of([A, late])
+    stars = {"a": 0.0, "b": 0.0}
+    window = (0.0, 8.0)
+    assert average_normalized_loss(long_, stars, window=window) < \
+        0.5 * average_normalized_loss(short, stars, window=window)
+    # a: 1.0 for 2 s, 0.5 for 1 s, 0.1 for 1 s; b: 1.0 for 1 s, then 0
+    for run in (short, long_):
+        assert normalized_loss_job_seconds(run, stars, window=window) == pytest.approx(3.6)
+    assert mean_active_jobs(long_, stars, window=window) > mean_active_jobs(short, stars, window=window)
+    rows, _ = summarize_runs({"short": short, "long": long_}, stars, window=window)
+    assert rows["long"]["normalized_loss_job_s"] == pytest.approx(rows["short"]["normalized_loss_job_s"])
