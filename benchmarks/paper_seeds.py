@@ -7,8 +7,9 @@ change to the brain is judged here on several seeds, not on the config's own see
 Prints a line per seed (progress on stderr), then ONE JSON line last:
 ``{"seeds": [...], "avg_normalized_loss": {seed: {policy: value}},
 "slaq_below_fair_pct": {"per_seed": [...], "mean": x}, "slaq_above_oracle_pct": {...},
-"oracle_below_fair_pct": {...}}``. Averages use the common window of each seed's runs
-(as ``slaq simulate`` does).
+"oracle_below_fair_pct": {...}, "slaq_above_oracle_job_s_pct": {...}}``. Averages and
+job-seconds (``normalized_loss_job_s``) use the common window of each seed's runs (as
+``slaq simulate`` does).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     base = config.load(args.config, check_files=False)
     seeds = args.seed or list(SEEDS)
     table: dict[int, dict[str, float]] = {}
-    below, above, oracle_below = [], [], []
+    below, above, oracle_below, above_job_s = [], [], [], []
     for seed in seeds:
         runs = run_policies(dataclasses.replace(base, seed=seed), ["slaq", "fair", "oracle"])
         rows, _ = summarize_runs(runs)
@@ -51,12 +52,16 @@ def main(argv: list[str] | None = None) -> int:
         below.append(100.0 * (1.0 - avg["slaq"] / avg["fair"]))
         above.append(100.0 * (avg["slaq"] / avg["oracle"] - 1.0))
         oracle_below.append(100.0 * (1.0 - avg["oracle"] / avg["fair"]))
+        job_s = {name: float(row["normalized_loss_job_s"]) for name, row in rows.items()}
+        above_job_s.append(100.0 * (job_s["slaq"] / job_s["oracle"] - 1.0))
         print(f"seed {seed}: slaq {avg['slaq']:.4f} fair {avg['fair']:.4f} oracle {avg['oracle']:.4f}"
               f" | slaq {below[-1]:.1f}% below fair, {above[-1]:+.1f}% vs oracle;"
-              f" oracle {oracle_below[-1]:.1f}% below fair", file=sys.stderr, flush=True)
+              f" oracle {oracle_below[-1]:.1f}% below fair; job-s slaq {above_job_s[-1]:+.1f}% vs oracle",
+              file=sys.stderr, flush=True)
     print(json.dumps({"seeds": seeds, "avg_normalized_loss": table,
                       "slaq_below_fair_pct": _pct(below), "slaq_above_oracle_pct": _pct(above),
-                      "oracle_below_fair_pct": _pct(oracle_below), "config": args.config}))
+                      "oracle_below_fair_pct": _pct(oracle_below),
+                      "slaq_above_oracle_job_s_pct": _pct(above_job_s), "config": args.config}))
     return 0
 
 
