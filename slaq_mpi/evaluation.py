@@ -19,7 +19,8 @@ time it ended, plus the allocation of every epoch. The metrics follow DESIGN.md 
 * normalized loss job-seconds: every job's normalized loss integrated over its active time in
   the window, summed over jobs (:func:`normalized_loss_job_seconds`). The average above is taken
   over the jobs still active, so it falls when a nearly converged job stays active longer;
-  the job-seconds do not. :func:`mean_active_jobs` shows how many were active;
+  the job-seconds rise only by that job's small remaining loss. :func:`mean_active_jobs`
+  shows how many were active;
 * time to X% loss reduction: from arrival until the end of the first iteration whose normalized
   loss is <= 1 - X/100 (NaN if never reached: such jobs are left out of means and medians and
   counted in ``reached_X``).
@@ -247,7 +248,7 @@ def normalized_loss_job_seconds(run: RunData, l_star: Mapping[str, float], dt: f
 
     In job-seconds (1.0 for one job waiting one second at its initial loss). Unlike the average
     over active jobs it does not fall when a nearly converged job stays active longer (the
-    average then has one more near-zero term), nor rise when such a job finishes.
+    average then has one more near-zero term); it rises by that job's remaining loss.
     """
     grid = evaluation_grid(run, dt, window)
     total, _ = _active_sums(run, l_star, grid)
