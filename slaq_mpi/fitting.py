@@ -14,6 +14,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from slaq_mpi._numeric import zero_nonfinite
+
 __all__ = ["FAMILY_FLAT", "FAMILY_LINEAR", "FAMILY_PRIOR", "FAMILY_SUBLINEAR", "MIN_FULL_POINTS",
            "coarse", "refine", "shape", "shift_params"]
 
@@ -136,18 +138,17 @@ def _project(
 
 
 def _kaufman(
-    g: np.ndarray, g_same: np.ndarray, w: np.ndarray, wh: np.ndarray, wr: np.ndarray,
-    gram: tuple[np.ndarray, np.ndarray, np.ndarray],
+    g: np.ndarray, w: np.ndarray, wh: np.ndarray, wr: np.ndarray,
+    gram: tuple[np.ndarray, np.ndarray, np.ndarray], det: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For a derivative column ``g``: its projected squared norm, its product with the
-    residual, and its products with ``h`` and ``1`` (weighted by ``w``)."""
+    residual, and its products with ``h`` and ``1`` (weighted by ``w``; ``det`` is the
+    determinant of the weighted Gram matrix of ``h`` and ``1``). Call under ``np.errstate``."""
     s_w, s_h, s_hh = gram
     hg = np.einsum("jw,jw->j", wh, g)
     one = np.einsum("jw,jw->j", w, g)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        det = s_w * s_hh - s_h * s_h
-        inside = (hg * (s_w * hg - s_h * one) + one * (s_hh * one - s_h * hg)) / det
-        norm = np.einsum("jw,jw->j", w * g, g_same) - inside
+    inside = (hg * (s_w * hg - s_h * one) + one * (s_hh * one - s_h * hg)) / det
+    norm = np.einsum("jw,jw->j", w * g, g) - inside
     return norm, np.einsum("jw,jw->j", wr, g), hg, one
 
 
@@ -179,12 +180,12 @@ def refine(
         gram = (s_w, s_h, np.einsum("jw,jw->j", wh, h))
         wr = w * (amp[:, None] * h + off[:, None] - y)
         g1 = amp[:, None] * dh1
-        m11, r1, hg1, one1 = _kaufman(g1, g1, w, wh, wr, gram)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            det = s_w * gram[2] - s_h * s_h
+            m11, r1, hg1, one1 = _kaufman(g1, w, wh, wr, gram, det)
             if sub:
                 g2 = amp[:, None] * dh2 * two[:, None]
-                m22, r2, hg2, one2 = _kaufman(g2, g2, w, wh, wr, gram)
-                det = gram[0] * gram[2] - s_h * s_h
+                m22, r2, hg2, one2 = _kaufman(g2, w, wh, wr, gram, det)
                 m12 = np.einsum("jw,jw->j", w * g1, g2) - (
                     hg1 * (gram[0] * hg2 - s_h * one2) + one1 * (gram[2] * one2 - s_h * hg2)) / det
                 a11 = m11 * (1.0 + lam) + 1e-300
@@ -195,8 +196,7 @@ def refine(
             else:
                 d1 = -r1 / (m11 * (1.0 + lam) + 1e-300)
                 d2 = np.zeros(jobs)
-        d1 = np.nan_to_num(d1, nan=0.0, posinf=0.0, neginf=0.0)
-        d2 = np.nan_to_num(d2, nan=0.0, posinf=0.0, neginf=0.0)
+        d1, d2 = zero_nonfinite(d1), zero_nonfinite(d2)
         if sub:
             t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
         else:

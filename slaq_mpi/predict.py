@@ -33,6 +33,7 @@ from itertools import chain
 
 import numpy as np
 
+from slaq_mpi._numeric import zero_nonfinite
 from slaq_mpi.fitting import (
     FAMILY_FLAT,
     FAMILY_LINEAR,
@@ -159,6 +160,17 @@ class CurveFit:
         return CurveFit(**{f: None if getattr(self, f) is None else getattr(self, f)[rows]
                            for f in self.__dataclass_fields__})
 
+    def scatter(self, rows: np.ndarray, other: CurveFit) -> CurveFit:
+        """These fits with rows ``rows`` replaced by ``other``'s, row for row."""
+        out = {}
+        for f in self.__dataclass_fields__:
+            mine, theirs = getattr(self, f), getattr(other, f)
+            if mine is not None and theirs is not None:
+                mine = mine.copy()
+                mine[rows] = theirs
+            out[f] = mine
+        return CurveFit(**out)
+
     def _col(self, arr: np.ndarray, more: np.ndarray) -> np.ndarray:
         return arr.reshape(arr.shape + (1,) * (more.ndim - 1)) if more.ndim > 1 else arr
 
@@ -177,7 +189,7 @@ class CurveFit:
             prior = max_drop * prior_reduction(np.maximum(n - 1, 0), m)
             out = np.where(fam == FAMILY_PRIOR, prior, np.where(fam == FAMILY_FLAT, 0.0, fitted))
             out = np.minimum(out, m * max_drop * 1.5 + 0.0)
-        return np.nan_to_num(np.maximum(out, 0.0), nan=0.0, posinf=0.0)
+        return zero_nonfinite(np.maximum(out, 0.0))
 
     def predict_loss(self, more: np.ndarray | float) -> np.ndarray:
         """Predicted loss after ``more`` further iterations, anchored at the last loss."""
@@ -202,7 +214,7 @@ class CurveFit:
         # span units: the fit of a short history is blended with the prior (little evidence yet)
         w = np.where(span > 0, SPAN_PRIOR_EVIDENCE / (SPAN_PRIOR_EVIDENCE + done), 0.0)
         out = np.where(fam == FAMILY_PRIOR, prior, (1.0 - w) * fitted + w * prior)
-        return np.nan_to_num(np.clip(out, 0.0, None), nan=0.0, posinf=0.0)
+        return zero_nonfinite(np.maximum(out, 0.0))
 
 
 # --- building windows from histories ------------------------------------------------------
@@ -425,14 +437,14 @@ def fit_windows_warm(
         floor = last + off * scale
     fit = CurveFit(
         family=family,
-        amp=np.nan_to_num(np.where(found, amp_loss, 0.0), nan=0.0, posinf=0.0, neginf=0.0),
-        p1=np.nan_to_num(np.where(found, p1, 0.0)),
-        p2=np.nan_to_num(np.where(found, p2, 0.0)),
-        floor=np.nan_to_num(np.where(found, floor, last)),
-        last=np.nan_to_num(last),
+        amp=zero_nonfinite(np.where(found, amp_loss, 0.0)),
+        p1=zero_nonfinite(np.where(found, p1, 0.0)),
+        p2=zero_nonfinite(np.where(found, p2, 0.0)),
+        floor=zero_nonfinite(np.where(found, floor, last)),
+        last=zero_nonfinite(last),
         n=n.astype(np.float64),
-        max_drop=np.nan_to_num(max_drop),
-        rms=np.nan_to_num(np.where(found, rms, 0.0), posinf=0.0),
+        max_drop=zero_nonfinite(max_drop),
+        rms=zero_nonfinite(np.where(found, rms, 0.0)),
     )
     return fit, out
 

@@ -23,6 +23,8 @@ from itertools import chain
 
 import numpy as np
 
+from slaq_mpi._numeric import zero_nonfinite
+
 __all__ = ["SERIAL_FRACTION", "ThroughputModel", "fit_throughput", "fit_throughput_flat",
            "population_serial_fraction"]
 
@@ -90,7 +92,7 @@ def _solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         out = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
     except np.linalg.LinAlgError:
         out = np.einsum("jab,jb->ja", np.linalg.pinv(gram), rhs)
-    return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+    return zero_nonfinite(out)
 
 
 def _prior_gram(serial: float = SERIAL_FRACTION) -> np.ndarray:

@@ -227,7 +227,7 @@ def test_warm_started_fits_track_cold_fits_and_notice_replaced_histories() -> No
         snap = _history_snapshot(hist)
         if e == 5:
             values, mask, n = tail_windows(hist, warm.window)
-            _, _, shift = warm._recall([j.job_id for j in snap.jobs], hist, values, mask, n)
+            _, _, shift, _ = warm._recall([j.job_id for j in snap.jobs], hist, values, mask, n)
             assert shift[0] == -1 and (shift[1:] == 5).all()  # warm start only where valid
         got = warm.forecast(snap).curves.reduction(np.full(len(hist), 10.0))
         cold = SlaqPolicy().forecast(snap).curves.reduction(np.full(len(hist), 10.0))
@@ -306,3 +306,18 @@ def test_span_of_boosted_trees_stays_near_the_true_first_loss_above_the_final_lo
                 ratios.append(float(SlaqPolicy().forecast(snap).curves.span[0]) / true)
     assert len(ratios) >= 20
     assert 0.7 <= min(ratios) and max(ratios) <= 1.3, sorted(ratios)
+
+
+def test_cached_fit_is_not_reused_for_another_class() -> None:
+    losses = tuple(1.0 / (1.0 + 0.3 * k) for k in range(30))
+
+    def snap(conv: str) -> ClusterSnapshot:
+        job = JobSnapshot(job_id="a", losses=losses, throughput=((1, 0.5),), cores=1, max_cores=8,
+                          convergence=conv, attained_core_seconds=0.0, max_iterations=None)
+        return ClusterSnapshot(8, 0.0, 5.0, (job,))
+
+    pol = SlaqPolicy()
+    pol.forecast(snap("linear"))
+    again, fresh = pol.forecast(snap("sublinear")).curves, SlaqPolicy().forecast(snap("sublinear")).curves
+    assert again.family[0] == fresh.family[0] == 1  # FAMILY_SUBLINEAR
+    assert again.p1[0] == fresh.p1[0] and again.amp[0] == fresh.amp[0]

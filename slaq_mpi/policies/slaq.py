@@ -22,6 +22,7 @@ from itertools import chain
 
 import numpy as np
 
+from slaq_mpi._numeric import zero_nonfinite
 from slaq_mpi.predict import (
     DEFAULT_DECAY,
     DEFAULT_WINDOW,
@@ -45,6 +46,8 @@ from slaq_mpi.throughput import (
 )
 
 __all__ = ["Forecast", "GainFn", "SlaqPolicy", "allocate_by_gain", "greedy_allocate", "water_fill"]
+
+MIN_CHUNK_CELLS = 4096  # gains per call of the gain function below which its fixed cost dominates
 
 GainFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``gain(rows, cores) -> gains``: rows ``(R,)`` job indices, cores ``(R, K)``, gains ``(R, K)``."""
@@ -105,22 +108,27 @@ def allocate_by_gain(
     extra = capacity - jobs
     if jobs == 0 or extra == 0:
         return alloc
-    rows_all = np.arange(jobs)
-    last_gain = np.asarray(gain(rows_all, np.ones((jobs, 1)))[:, 0], dtype=np.float64)
+    last_gain = np.zeros(jobs)  # gain at the deepest core count evaluated (one core: first call)
     last_marg = np.full(jobs, np.inf)
     depth = np.zeros(jobs, dtype=np.int64)  # marginals computed: cores 2 .. depth + 1
     vals: list[np.ndarray] = []
     owners: list[np.ndarray] = []
     cores: list[np.ndarray] = []
-    chunk = np.minimum(caps - 1, max(4, -(-2 * extra // jobs)))
+    # a call costs about as much as MIN_CHUNK_CELLS evaluations: at least that many per call
+    chunk = np.minimum(caps - 1, max(4, -(-2 * extra // jobs), -(-MIN_CHUNK_CELLS // jobs)))
     todo = np.flatnonzero(chunk > 0)
     chosen = np.zeros(jobs, dtype=np.int64)
     while todo.size:
         width = int(chunk[todo].max())
         a = depth[todo, None] + 2 + np.arange(width)[None, :]
         valid = a <= np.minimum(caps[todo], depth[todo] + 1 + chunk[todo])[:, None]
-        g = np.asarray(gain(todo, np.minimum(a, caps[todo, None]).astype(np.float64)), dtype=np.float64)
-        g = np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+        ask = np.minimum(a, caps[todo, None]).astype(np.float64)
+        first = not vals
+        if first:  # the one-core gains come with the first chunk (one call fewer)
+            ask = np.concatenate([np.ones((todo.size, 1)), ask], axis=1)
+        g = zero_nonfinite(np.asarray(gain(todo, ask), dtype=np.float64))
+        if first:
+            last_gain[todo], g = g[:, 0], g[:, 1:]
         marg = np.diff(np.concatenate([last_gain[todo, None], g], axis=1), axis=1)
         marg = np.minimum.accumulate(np.concatenate([last_marg[todo, None], marg], axis=1), axis=1)[:, 1:]
         marg = np.where(valid, marg, -np.inf)
@@ -136,7 +144,8 @@ def allocate_by_gain(
         chosen = np.bincount(o[pick], minlength=jobs)
         saturated = (chosen == depth) & (depth < caps - 1) & (last_marg > min_gain)
         todo = np.flatnonzero(saturated)
-        chunk = np.minimum(caps - 1 - depth, np.maximum(depth, 4))
+        least = max(4, -(-MIN_CHUNK_CELLS // max(todo.size, 1)))
+        chunk = np.minimum(caps - 1 - depth, np.maximum(depth, least))
     alloc += chosen
     left = extra - int(chosen.sum())
     if left > 0:
@@ -320,11 +329,13 @@ class SlaqPolicy:
         self._memory = np.zeros((0, 9))
         self._memory_rows: dict[str, int] = {}
         self._memory_window = np.zeros((0, window))
+        self._fits: CurveFit | None = None  # the last decision's fits, rows as in _memory
+        self._fit_codes = np.zeros(0, dtype=np.int8)  # ... and the classes they were fitted as
 
     def _recall(self, ids: list[str], histories: list, values: np.ndarray, mask: np.ndarray,
-                n: np.ndarray) -> tuple[np.ndarray, FamilyParams, np.ndarray]:
-        """Per job from the cache: largest one-iteration drop, the last fit's parameters and the
-        iterations run since (-1: no usable entry).
+                n: np.ndarray) -> tuple[np.ndarray, FamilyParams, np.ndarray, np.ndarray]:
+        """Per job from the cache: largest one-iteration drop, the last fit's parameters, the
+        iterations run since (-1: no usable entry) and the job's cache row.
 
         An entry is used only if the cached history's last loss is still where it was in the
         window (same job, same history, a few losses longer); else the job is redone cold.
@@ -359,7 +370,7 @@ class SlaqPolicy:
         if redo.size:
             out[redo] = max_drops([histories[i] for i in redo])
         warm = FamilyParams(prev[:, 3:5].copy(), prev[:, 5:7].copy(), prev[:, 7:9].copy())
-        return out, warm, np.where(ok, n - p_n, -1)
+        return out, warm, np.where(ok, n - p_n, -1), at
 
     def _remember(self, ids: list[str], values: np.ndarray, mask: np.ndarray, n: np.ndarray,
                   drops: np.ndarray, params: FamilyParams) -> None:
@@ -367,6 +378,28 @@ class SlaqPolicy:
         self._memory = np.column_stack([n, last, drops, params.p1, params.p2, params.rms])
         self._memory_rows = dict(zip(ids, range(len(ids)), strict=True))
         self._memory_window = np.where(mask, values, np.nan)
+
+    def _fit(self, values: np.ndarray, mask: np.ndarray, n: np.ndarray, drops: np.ndarray,
+             codes: np.ndarray, warm: FamilyParams, shift: np.ndarray,
+             at: np.ndarray) -> tuple[CurveFit, FamilyParams]:
+        """Fit the jobs whose history changed since the last decision; the others keep that
+        decision's fit (refitting the same window as the same class gives the same result)."""
+        same = (shift == 0) & (at >= 0)
+        if same.any():
+            same &= self._fit_codes[np.where(same, at, 0)] == codes
+        if not same.any() or self._fits is None:
+            return fit_windows_warm(values, mask, n, drops, codes, self.decay, warm=warm, shift=shift)
+        curves = self._fits.take(np.where(same, at, 0))
+        params = FamilyParams(warm.p1.copy(), warm.p2.copy(), warm.rms.copy())
+        todo = np.flatnonzero(~same)
+        if todo.size:
+            part = FamilyParams(warm.p1[todo], warm.p2[todo], warm.rms[todo])
+            new, new_params = fit_windows_warm(values[todo], mask[todo], n[todo], drops[todo],
+                                               codes[todo], self.decay, warm=part, shift=shift[todo])
+            curves = curves.scatter(todo, new)
+            for mine, theirs in zip(params.__dict__.values(), new_params.__dict__.values(), strict=True):
+                mine[todo] = theirs
+        return curves, params
 
     def _fit_speed(self, owner: np.ndarray, cores: np.ndarray, seconds: np.ndarray,
                    count: int) -> tuple[ThroughputModel, float]:
@@ -388,10 +421,11 @@ class SlaqPolicy:
         histories = [j.losses for j in jobs]
         values, mask, n = tail_windows(histories, self.window)
         ids = [j.job_id for j in jobs]
-        drops, warm, shift = self._recall(ids, histories, values, mask, n)
+        drops, warm, shift, at = self._recall(ids, histories, values, mask, n)
         codes = class_codes([j.convergence for j in jobs])
-        curves, params = fit_windows_warm(values, mask, n, drops, codes, self.decay, warm=warm, shift=shift)
+        curves, params = self._fit(values, mask, n, drops, codes, warm, shift, at)
         self._remember(ids, values, mask, n, drops, params)
+        self._fits, self._fit_codes = curves, codes
         if self.normalize == "span":
             curves = replace(curves, span=_spans(histories, curves))
 
@@ -430,7 +464,8 @@ class SlaqPolicy:
             return self._admit(snapshot, fc, capacity)
 
         def gain(rows: np.ndarray, cores: np.ndarray) -> np.ndarray:
-            return fc.reduction(cores, rows)
+            # rows are sorted and distinct: all of them is every job in order
+            return fc.reduction(cores, None if rows.size == count else rows)
 
         alloc = allocate_by_gain(gain, fc.caps, capacity, fc.useful_cores(), self.min_gain)
         return dict(zip(fc.job_ids, alloc.tolist(), strict=True))
