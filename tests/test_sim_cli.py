@@ -144,3 +144,21 @@ def test_report_table_without_matplotlib(config_file: Path, tmp_path: Path,
     out = capsys.readouterr().out
     assert "fair " in out and "matplotlib is not installed" in out
     assert not list((tmp_path / "o").glob("*.png"))
+
+
+def test_share_difference_counts_a_simulation_that_ended_early() -> None:
+    from slaq_mpi.evaluation import JobTrace, RunData
+    from slaq_mpi.sim.run import share_difference
+
+    def run(starts: list[float], end: float) -> RunData:
+        trace = JobTrace(name="a", algorithm="logreg", arrival=0.0, loss=np.ones(1), time=np.zeros(1),
+                         cores=np.ones(1), iter_seconds=np.ones(1), end=end)
+        return RunData(name="x", policy="fair", seed=0, capacity=4, epoch_seconds=1.0, mode="sim",
+                       config="", jobs={"a": trace}, job_names=["a"], epoch_time=np.array(starts),
+                       alloc=np.full((len(starts), 1), 4), decision_ms=np.zeros(len(starts)),
+                       pause_ms=np.zeros(len(starts)))
+
+    real = run([0.0, 1.0, 2.0, 3.0], end=4.0)
+    assert share_difference(real, run([0.0, 1.0, 2.0, 3.0], end=4.0)) == 0.0
+    # the simulated job ended at 2 s: it holds no cores at the real epochs starting at 2 and 3 s
+    assert share_difference(real, run([0.0, 1.0], end=2.0)) == 0.25

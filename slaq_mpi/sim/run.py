@@ -63,15 +63,17 @@ def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Pa
 
 
 def _shares_at(run: RunData, t: np.ndarray, names: list[str]) -> np.ndarray:
-    """(len(t), len(names)) core shares of ``run`` at times ``t`` (the epoch in force)."""
+    """(len(t), len(names)) core shares of ``run`` at times ``t`` (the epoch in force; a job
+    that has ended holds none, also after the run's last epoch)."""
     out = np.zeros((len(t), len(names)))
     if len(run.epoch_time) == 0 or run.capacity <= 0:
         return out
     idx = np.searchsorted(run.epoch_time, t, side="right") - 1
     cols = {n: i for i, n in enumerate(run.job_names)}
-    ok = idx >= 0
     for k, name in enumerate(names):
         if name in cols:
+            end = run.jobs[name].end
+            ok = (idx >= 0) & ~(t >= end)  # end is NaN while the job has not ended
             out[ok, k] = run.alloc[idx[ok], cols[name]] / run.capacity
     return out
 
