@@ -35,7 +35,13 @@ def shape(family: np.ndarray, p1: np.ndarray, p2: np.ndarray, u: np.ndarray) -> 
     Sublinear: ``1 / (1 + p1 u + p2 u^2)`` (0 where that is not positive); linear: ``exp(-p1 u)``.
     """
     sub = family == FAMILY_SUBLINEAR
+    every, some = bool(np.all(sub)), bool(np.any(sub))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if every:  # one family only: the other's shapes are not computed
+            q = 1.0 + (p1 + p2 * u) * u
+            return np.where(q > 0, 1.0 / q, 0.0)
+        if not some:
+            return np.exp(-p1 * u)
         q = 1.0 + (np.where(sub, p1, 0.0) + np.where(sub, p2, 0.0) * u) * u
         h_sub = np.where(q > 0, 1.0 / q, 0.0)
         h_lin = np.exp(-np.where(sub, 0.0, p1) * u)

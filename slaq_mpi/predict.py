@@ -186,8 +186,9 @@ class CurveFit:
         amp, max_drop, n = (self._col(a, m) for a in (self.amp, self.max_drop, self.n))
         with np.errstate(over="ignore"):  # extreme histories (1e300 losses): capped below
             fitted = amp * (1.0 - shape(fam, p1, p2, m))
-            prior = max_drop * prior_reduction(np.maximum(n - 1, 0), m)
-            out = np.where(fam == FAMILY_PRIOR, prior, np.where(fam == FAMILY_FLAT, 0.0, fitted))
+            is_prior = fam == FAMILY_PRIOR
+            prior = max_drop * prior_reduction(np.maximum(n - 1, 0), m) if is_prior.any() else 0.0
+            out = np.where(is_prior, prior, np.where(fam == FAMILY_FLAT, 0.0, fitted))
             out = np.minimum(out, m * max_drop * 1.5 + 0.0)
         return zero_nonfinite(np.maximum(out, 0.0))
 
@@ -210,7 +211,13 @@ class CurveFit:
         with np.errstate(divide="ignore", invalid="ignore"):
             fitted = np.where(unit > 0, self.drop(m) / unit, 0.0)
         done = np.maximum(n - 1, 0)
-        prior = np.where(span > 0, span_prior_reduction(done, m), prior_reduction(done, m))
+        has_span = span > 0
+        if has_span.all():
+            prior = span_prior_reduction(done, m)
+        elif not has_span.any():
+            prior = prior_reduction(done, m)
+        else:
+            prior = np.where(has_span, span_prior_reduction(done, m), prior_reduction(done, m))
         # span units: the fit of a short history is blended with the prior (little evidence yet)
         w = np.where(span > 0, SPAN_PRIOR_EVIDENCE / (SPAN_PRIOR_EVIDENCE + done), 0.0)
         out = np.where(fam == FAMILY_PRIOR, prior, (1.0 - w) * fitted + w * prior)
