@@ -397,8 +397,8 @@ class SlaqPolicy:
             new, new_params = fit_windows_warm(values[todo], mask[todo], n[todo], drops[todo],
                                                codes[todo], self.decay, warm=part, shift=shift[todo])
             curves = curves.scatter(todo, new)
-            for mine, theirs in zip(params.__dict__.values(), new_params.__dict__.values(), strict=True):
-                mine[todo] = theirs
+            for field in ("p1", "p2", "rms"):
+                getattr(params, field)[todo] = getattr(new_params, field)
         return curves, params
 
     def _fit_speed(self, owner: np.ndarray, cores: np.ndarray, seconds: np.ndarray,
