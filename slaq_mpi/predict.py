@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -458,7 +458,7 @@ def fit_windows_warm(
 
 def class_codes(classes: Sequence[str]) -> np.ndarray:
     """Convergence class names as codes for :func:`fit_windows` (unknown names give 0)."""
-    return np.fromiter((_CLASS_CODES.get(c, 0) for c in classes), dtype=np.int8, count=len(classes))
+    return np.fromiter(map(_CLASS_CODES.get, classes, repeat(0)), dtype=np.int8, count=len(classes))
 
 
 def fit_curves(

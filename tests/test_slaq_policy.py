@@ -321,3 +321,25 @@ def test_cached_fit_is_not_reused_for_another_class() -> None:
     again, fresh = pol.forecast(snap("sublinear")).curves, SlaqPolicy().forecast(snap("sublinear")).curves
     assert again.family[0] == fresh.family[0] == 1  # FAMILY_SUBLINEAR
     assert again.p1[0] == fresh.p1[0] and again.amp[0] == fresh.amp[0]
+
+
+def test_forecast_mixes_new_jobs_budgets_and_long_throughput_records() -> None:
+    """A job without losses, a budgeted job, one without a budget and one with more throughput
+    observations than are fitted: one forecast row each, with the right budgets and spans."""
+    curve = tuple(float(1.0 / (1.0 + 0.3 * k) + 0.1) for k in range(40))
+    many = tuple((1 + k % 4, 0.2 / (1 + k % 4) + 0.01) for k in range(100))
+    jobs = (
+        JobSnapshot(job_id="a-new", losses=(), throughput=(), cores=0, max_cores=8),
+        JobSnapshot(job_id="b-budget", losses=curve, throughput=((2, 0.1),), cores=2, max_cores=8,
+                    max_iterations=50),
+        JobSnapshot(job_id="c-open", losses=curve[:10], throughput=((1, 0.2),), cores=1, max_cores=3,
+                    max_iterations=None),
+        JobSnapshot(job_id="d-many", losses=curve, throughput=many, cores=4, max_cores=64),
+    )
+    fc = SlaqPolicy().forecast(ClusterSnapshot(now=0.0, jobs=jobs, capacity=16, epoch_seconds=1.0))
+    assert fc.job_ids == ("a-new", "b-budget", "c-open", "d-many")
+    assert fc.remaining[1] == 10 and np.isinf(fc.remaining[2]) and np.isinf(fc.remaining[0])
+    assert list(fc.caps) == [8, 8, 3, 16]
+    assert fc.curves.span[0] == 1.0 and 0 < fc.curves.span[1] <= curve[0] - curve[-1] + 1.0
+    assert fc.speed.observed[3] == 64  # only the most recent observations are fitted
+    assert fc.speed.observed[0] == 0 and fc.speed.observed[1] == 1

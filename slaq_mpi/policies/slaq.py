@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import chain
+from itertools import chain, repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -259,7 +260,10 @@ def _spans(histories: list, curves: CurveFit) -> np.ndarray:
     trees after 50-200 rounds), which made every later reduction of such a job look small.
     """
     count = len(histories)
-    first = np.fromiter((h[0] if len(h) else np.nan for h in histories), dtype=np.float64, count=count)
+    if all(map(len, histories)):
+        first = np.fromiter(map(itemgetter(0), histories), dtype=np.float64, count=count)
+    else:
+        first = np.array([h[0] if len(h) else np.nan for h in histories], dtype=np.float64)
     fitted = (curves.family == FAMILY_SUBLINEAR) | (curves.family == FAMILY_LINEAR)
     left = TAIL_FACTOR * curves.drop(np.maximum(curves.n, TAIL_HORIZON))
     low = np.where(fitted, np.maximum(np.minimum(curves.floor, curves.last), curves.last - left),
@@ -343,7 +347,7 @@ class SlaqPolicy:
         window = values.shape[1]
         jobs = len(ids)
         where = self._memory_rows
-        at = np.fromiter((where.get(i, -1) for i in ids), dtype=np.int64, count=jobs)
+        at = np.fromiter(map(where.get, ids, repeat(-1)), dtype=np.int64, count=jobs)
         prev = np.full((jobs, 9), np.nan)
         prev[:, 0], prev[:, 2] = -1.0, 0.0
         hit = at >= 0
@@ -429,8 +433,11 @@ class SlaqPolicy:
         if self.normalize == "span":
             curves = replace(curves, span=_spans(histories, curves))
 
-        recent = [j.throughput[-MAX_OBSERVATIONS:] for j in jobs]
-        obs = np.fromiter((len(o) for o in recent), dtype=np.int64, count=count)
+        recent = [j.throughput for j in jobs]
+        obs = np.fromiter(map(len, recent), dtype=np.int64, count=count)
+        if obs.max(initial=0) > MAX_OBSERVATIONS:
+            recent = [o[-MAX_OBSERVATIONS:] for o in recent]
+            obs = np.minimum(obs, MAX_OBSERVATIONS)
         flat = np.fromiter(chain.from_iterable(chain.from_iterable(recent)), dtype=np.float64,
                            count=2 * int(obs.sum()))
         owner = np.repeat(np.arange(count), obs)
@@ -445,12 +452,12 @@ class SlaqPolicy:
                 observed=speed.observed,
                 distinct=speed.distinct,
             )
-        budget = np.fromiter((np.inf if j.max_iterations is None else j.max_iterations for j in jobs),
-                             dtype=np.float64, count=count)
+        budget = np.array([j.max_iterations for j in jobs], dtype=np.float64)  # None: nan
+        budget[np.isnan(budget)] = np.inf
         remaining = np.maximum(budget - n, 0.0)
-        max_cores = np.fromiter((j.max_cores for j in jobs), dtype=np.int64, count=count)
+        max_cores = np.array([j.max_cores for j in jobs], dtype=np.int64)
         caps = np.clip(max_cores, 1, max(1, int(snapshot.capacity)))
-        return Forecast(tuple(j.job_id for j in jobs), curves, speed, remaining, caps,
+        return Forecast(tuple(ids), curves, speed, remaining, caps,
                         float(snapshot.epoch_seconds))
 
     def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
