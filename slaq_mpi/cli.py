@@ -21,12 +21,20 @@ _COMMAND_MODULES = (
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi import config
+    from slaq_mpi.policies import LIVE_POLICY_NAMES
+    from slaq_mpi.sim.settings import parse_settings
+    from slaq_mpi.slurm import settings_for
 
     spec = config.load(args.config)
+    settings_for(spec)  # the slurm: and simulation: sections too
+    parse_settings(spec)
     print(
         f"{args.config}: ok: experiment {spec.name!r}, {len(spec.jobs)} jobs, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"
     )
+    if spec.policy not in LIVE_POLICY_NAMES:
+        print(f"{args.config}: note: policy {spec.policy!r} is for `slaq simulate` only; "
+              "`slaq run` and `slaq submit` refuse it")
     return 0
 
 

@@ -97,6 +97,19 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     return ExperimentSpec(**{**spec.__dict__, "source": text})
 
 
+def require_live(spec: ExperimentSpec) -> None:
+    """Refuse a spec whose policy only the simulator can run (``slaq run`` and ``slaq submit``).
+
+    Raises:
+        ConfigError: naming the policy and the policies a live run allows.
+    """
+    from slaq_mpi.policies import LIVE_POLICY_NAMES
+
+    if spec.policy not in LIVE_POLICY_NAMES:
+        raise ConfigError("policy", spec.policy, "it is for `slaq simulate` only (it reads every job's "
+                          f"future loss curve); a live run allows: {', '.join(LIVE_POLICY_NAMES)}")
+
+
 def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     """Validate an already-parsed YAML document."""
     top = _mapping(raw, "config", _TOP_KEYS)

@@ -46,10 +46,13 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         if not (run_dir / "state.json").is_file() or not saved.is_file():
             raise ConfigError("--resume", str(run_dir), "must be a run directory of an earlier "
                               "slaq run (with state.json and config.yaml)")
-        return config.load(saved), run_dir, True
+        spec = config.load(saved)
+        config.require_live(spec)
+        return spec, run_dir, True
     if not args.config:
         raise ConfigError("config", None, "give an experiment YAML, or --resume RUN_DIR")
     spec = config.load(args.config)
+    config.require_live(spec)
     return spec, spec.output_dir, False
 
 

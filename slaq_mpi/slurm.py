@@ -533,6 +533,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from slaq_mpi import config
 
     spec = config.load(args.config)
+    config.require_live(spec)
     settings = settings_for(spec)
     cwd = Path.cwd()
     run_dir = str((_workdir(settings, cwd) / spec.output_dir).resolve())

@@ -46,6 +46,10 @@ CASES = {
     "unknown algorithm": (_with(["jobs", 0, "algorithm"], "xgboost"),
                           ["jobs[0].algorithm", "'xgboost'", "logreg"]),
     "unknown policy": (_with(["policy"], "lottery"), ["policy", "'lottery'", "fair"]),
+    "bad policy parameter value": (_with(["policy"], {"name": "slaq", "params": {"window": 2}}),
+                                   ["policy", "window >= 3"]),
+    "simulation-only policy": (_with(["policy"], "oracle"), ["policy", "'oracle'", "slaq simulate",
+                                                             "fair"]),
     "missing dataset": (_with(["jobs", 0, "dataset"], {"path": "/nonexistent/d.h5"}),
                         ["jobs[0].dataset.path", "/nonexistent/d.h5", "does not exist"]),
     "bad hyperparameter": (_with(["jobs", 1, "hyperparameters"], {"k": "two"}),
@@ -99,6 +103,25 @@ def test_good_config_validates(tmp_path: Path) -> None:
     proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout and "2 jobs" in proc.stdout
+
+
+@pytest.mark.parametrize(("section", "key"), [("simulation", "bogus"), ("slurm", "partitionn")])
+def test_validate_checks_the_simulation_and_slurm_sections(section: str, key: str,
+                                                           tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with([section], {key: 1})))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert f"{section}.{key}" in line or (section in line and key in line), line
+
+
+def test_validate_notes_a_simulation_only_policy(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["policy"], "oracle")))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout and "`slaq simulate` only" in proc.stdout
 
 
 @pytest.mark.mpi

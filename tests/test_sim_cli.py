@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import yaml
@@ -54,9 +55,13 @@ def test_simulate_json_is_last_line(config_file: Path, tmp_path: Path,
     assert set(data["policies"]) == {"fair", "fifo"}
     for row in data["policies"].values():
         assert set(row) == set(JSON_KEYS)
+        assert {"median_time_to_90", "median_time_to_95"} <= set(row)  # the table's columns too
         assert 0 < row["avg_normalized_loss"] <= 1 and row["makespan"] > 0
     assert "simulating fair" in cap.err  # progress goes to stderr with --json
     assert (tmp_path / "o" / "fair" / "metrics.h5").is_file()
+    with h5py.File(tmp_path / "o" / "fair" / "metrics.h5", "r") as f:  # docs/metrics.md's datasets
+        epochs = f["epochs/time"].shape[0]
+        assert f["epochs/gap_ms"].shape == (epochs,) and np.isnan(f["epochs/gap_ms"][()]).all()
     run = read_metrics(tmp_path / "o" / "fifo")
     assert run.policy == "fifo" and run.mode == "simulate" and "clitest" in run.config
 

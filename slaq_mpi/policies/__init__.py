@@ -49,7 +49,7 @@ def get_policy(name: str, **params: Any) -> Policy:
     """Build the policy called ``name`` with its parameters.
 
     Raises:
-        PolicyError: unknown name, or parameters the policy does not accept.
+        PolicyError: unknown name, or parameters (or values) the policy does not accept.
     """
     entry = _REGISTRY.get(name) or _SIMULATION_ONLY.get(name)
     if entry is None:
@@ -59,5 +59,5 @@ def get_policy(name: str, **params: Any) -> Policy:
     cls = getattr(importlib.import_module(module), cls_name)
     try:
         return cls(**params)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise PolicyError(f"bad parameters for policy {name!r}: {exc}") from None

@@ -66,6 +66,7 @@ def write_metrics(path: str | Path, run: RunData) -> None:
         ep.create_dataset("job_names", data=np.array(run.job_names, dtype=object), dtype=_STR)
         ep.create_dataset("decision_ms", data=np.asarray(run.decision_ms, dtype="f8"))
         ep.create_dataset("pause_ms", data=np.asarray(run.pause_ms, dtype="f8"))
+        ep.create_dataset("gap_ms", data=np.full(len(run.epoch_time), np.nan))  # live runs only
         moved = run.moved if run.moved is not None else np.zeros(len(run.epoch_time))
         ep.create_dataset("moved", data=np.asarray(moved, dtype="i1"))
     os.replace(tmp, p)
