@@ -4,7 +4,7 @@ then compare them with `slaq report`.
 Usage: python benchmarks/live_policies.py [--config FILE] [--policy NAME ...] [--out DIR]
        (default: configs/quickstart.yaml, policies slaq and fair; the runs are kept in
        DIR/<policy> with --out, else deleted)
-Prints the report table, then one JSON line last: {"policies": {NAME: summary}, "runs": ...}.
+Prints the report table, then one JSON line last: {"policies": {NAME: summary}, "config": FILE}.
 """
 
 from __future__ import annotations

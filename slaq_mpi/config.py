@@ -251,8 +251,10 @@ def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> DatasetSpe
             continue
         if want is int:
             out[key] = _int(params[key], f"{where}.{key}", lo=0 if key == "seed" else 1)
-        else:
-            out[key] = _float(params[key], f"{where}.{key}", lo=0.0)
+        else:  # alpha (a Dirichlet concentration) and density must be > 0; density <= 1
+            out[key] = _float(params[key], f"{where}.{key}", lo=0.0, open_lo=key in ("alpha", "density"))
+            if key == "density" and out[key] > 1.0:
+                raise ConfigError(f"{where}.{key}", params[key], "must be a fraction in (0, 1]")
     return DatasetSpec(generator=str(gen), params=out)
 
 

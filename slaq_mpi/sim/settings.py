@@ -1,6 +1,6 @@
 """The ``simulation:`` mapping of an experiment YAML, validated into :class:`SimSettings`.
 
-Every key is optional::
+Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are required)::
 
     simulation:
       capacity: 640            # cores for jobs (default: nodes * cores_per_node, else ranks - 1)
