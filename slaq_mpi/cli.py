@@ -26,8 +26,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi.slurm import settings_for
 
     spec = config.load(args.config)
-    settings_for(spec)  # the slurm: and simulation: sections too
-    parse_settings(spec)
+    settings_for(spec)  # the slurm: section
+    parse_settings(spec)  # the simulation: section
     print(
         f"{args.config}: ok: experiment {spec.name!r}, {len(spec.jobs)} jobs, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import chain, repeat
-from operator import itemgetter
 
 import numpy as np
 
@@ -259,11 +258,7 @@ def _spans(histories: list, curves: CurveFit) -> np.ndarray:
     its asymptote far below the true final loss (up to 17x the true ``L_0 - L*`` for boosted
     trees after 50-200 rounds), which made every later reduction of such a job look small.
     """
-    count = len(histories)
-    if all(map(len, histories)):
-        first = np.fromiter(map(itemgetter(0), histories), dtype=np.float64, count=count)
-    else:
-        first = np.array([h[0] if len(h) else np.nan for h in histories], dtype=np.float64)
+    first = np.array([h[0] if len(h) else np.nan for h in histories], dtype=np.float64)
     fitted = (curves.family == FAMILY_SUBLINEAR) | (curves.family == FAMILY_LINEAR)
     left = TAIL_FACTOR * curves.drop(np.maximum(curves.n, TAIL_HORIZON))
     low = np.where(fitted, np.maximum(np.minimum(curves.floor, curves.last), curves.last - left),
