@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mpiexec", default=None, help="MPI launcher to use when not already under MPI")
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("validate", help="check an experiment YAML without running it")
-    p.add_argument("config")
+    p.add_argument("config", help="experiment YAML to check (see docs/config.md)")
     p.set_defaults(func=_cmd_validate)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_cli(sub)

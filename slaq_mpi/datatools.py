@@ -30,15 +30,16 @@ def add_cli(subparsers: Any) -> None:
     p = sub.add_parser("make", help="write a synthetic dataset (in chunks, any size)")
     p.add_argument("kind", help=f"one of: {', '.join(sorted(GENERATORS))}")
     p.add_argument("out", help="output HDF5 file")
-    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--rows", type=int, required=True, help="examples (documents for documents)")
     p.add_argument("--features", type=int, required=True, help="columns (vocabulary for documents)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the generator: same seed, same file (default: %(default)s)")
     for name, typ in sorted({k: t for _, opts in GENERATORS.values() for k, t in opts.items()}.items()):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, default=None,
                        help=f"generator option ({typ.__name__})")
     p.set_defaults(func=_cmd_make)
     p = sub.add_parser("convert", help="convert LibSVM/SVMlight text, CSV or .npy to HDF5")
-    p.add_argument("input")
+    p.add_argument("input", help="the file to convert (LibSVM/SVMlight text, .csv or .npy)")
     p.add_argument("out", help="output HDF5 file")
     p.add_argument("--format", choices=("libsvm", "csv", "npy"), default=None,
                    help="input format (default: from the extension; .csv, .npy, else libsvm)")

@@ -169,7 +169,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_cli(subparsers: Any) -> None:
     """Add ``report`` to the ``slaq`` command line."""
     p = subparsers.add_parser("report", help="metrics table and plots of real or simulated runs")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="a run directory holding metrics.h5, or one whose subdirectories do "
+                        "(slaq simulate --out DIR)")
     p.add_argument("--out", metavar="DIR", help="where to write the PNGs (default: first RUN_DIR)")
     p.add_argument("--no-plots", action="store_true", help="print the table only")
     p.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")

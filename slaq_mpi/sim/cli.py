@@ -103,13 +103,19 @@ def add_cli(subparsers: Any) -> None:
     r = csub.add_parser("record", help="re-record the curve library from our solvers (serial)")
     r.add_argument("--out", metavar="FILE", help="where to write (default: the packaged library)")
     r.add_argument("--algorithm", action="append", help="only these algorithms (repeatable)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0,
+                   help="base seed: recipe i of an algorithm seeds its synthetic dataset and its "
+                        "solver with SEED*1000+i (default: %(default)s)")
     r.set_defaults(func=cmd_curves_record)
     p = subparsers.add_parser("sim-check", help="compare a real run with its calibrated simulation")
     p.add_argument("run_dir", help="a real run directory holding metrics.h5")
-    p.add_argument("--threshold", type=float, default=0.15, help="allowed mean share difference")
+    p.add_argument("--threshold", type=float, default=0.15,
+                   help="allowed mean core-share difference, a fraction of the cores; above it "
+                        "the exit status is 1 (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write the simulation's metrics.h5 here")
     p.add_argument("--epoch-model", choices=("live", "fluid"), default="live",
                    help="how the simulator runs epochs (default: like the live runtime)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON line {mean_share_difference, threshold, ok} "
+                        "instead of the text")
     p.set_defaults(func=cmd_sim_check)
