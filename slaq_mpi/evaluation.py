@@ -23,7 +23,10 @@ time it ended, plus the allocation of every epoch. The metrics follow DESIGN.md 
   shows how many were active;
 * time to X% loss reduction: from arrival until the end of the first iteration whose normalized
   loss is <= 1 - X/100 (NaN if never reached: such jobs are left out of means and medians and
-  counted in ``reached_X``).
+  counted in ``reached_X``);
+* completion time (JCT): from a finished job's arrival to its end (:func:`completion_times`).
+  The average normalized loss can fall when a converged job is kept waiting for its stop rule;
+  the completion time shows what that costs the job's owner.
 
 **The choice of L\\***: runs of the same jobs compared together must use the same L\\* per job.
 :func:`common_l_star` takes, per job name, the lowest loss known in ANY of the runs given: the
@@ -52,6 +55,7 @@ __all__ = [
     "avg_normalized_loss_series",
     "common_l_star",
     "comparison_window",
+    "completion_times",
     "core_share_by_loss_group",
     "evaluation_grid",
     "job_utility",
@@ -182,6 +186,15 @@ def _job_end(job: JobTrace) -> float:
     if math.isfinite(job.end):
         return job.end
     return float(job.time[-1]) if len(job.time) else job.arrival
+
+
+def completion_times(run: RunData) -> np.ndarray:
+    """Seconds from arrival to end of every job that finished (``status == "done"``).
+
+    Jobs still waiting or running when the run ended, and failed jobs, are left out.
+    """
+    return np.array([j.end - j.arrival for j in run.jobs.values()
+                     if j.status == "done" and math.isfinite(j.end)], dtype=np.float64)
 
 
 def makespan(run: RunData) -> float:
@@ -486,6 +499,8 @@ SUMMARY_METRICS: dict[str, MetricFn] = {
     "median_time_to_95": lambda r, ls: _nanmedian(reduction_times(r, ls, 95)),
     "reached_90": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 90)))),
     "reached_95": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 95)))),
+    "median_completion": lambda r, ls: _nanmedian(completion_times(r)),
+    "mean_completion": lambda r, ls: _nanmean(completion_times(r)),
     "makespan": lambda r, ls: makespan(r),
     "decision_ms": lambda r, ls: _nanmean(np.asarray(r.decision_ms, dtype=np.float64)),
     "jobs": lambda r, ls: float(len(r.jobs)),

@@ -30,6 +30,8 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("mean_time_to_90", "t90 mean s", "{:.1f}"),
     ("median_time_to_95", "t95 median s", "{:.1f}"),
     ("mean_time_to_95", "t95 mean s", "{:.1f}"),
+    ("median_completion", "JCT median s", "{:.1f}"),
+    ("mean_completion", "JCT mean s", "{:.1f}"),
     ("makespan", "makespan s", "{:.0f}"),
     ("total_utility", "utility", "{:.1f}"),
     ("max_rho", "max rho", "{:.2f}"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from slaq_mpi.evaluation import (
     avg_normalized_loss_series,
     common_l_star,
     comparison_window,
+    completion_times,
     core_share_by_loss_group,
     makespan,
     mean_active_jobs,
@@ -135,6 +137,20 @@ def test_makespan_and_summary() -> None:
     assert s["reached_90"] == 1.0
     assert s["median_time_to_90"] == pytest.approx(3.0)
     assert reduction_times(run, {"a": 0.0, "b": 0.0}, 50) == pytest.approx([2.0, 6.5])
+
+
+def test_completion_times_count_finished_jobs_only() -> None:
+    done_a = dataclasses.replace(A, status="done")  # arrives 0, ends 4
+    done_b = dataclasses.replace(job("b", 1.0, [4.0, 2.0], [3.0, 7.5], end=7.5), status="done")
+    done_c = dataclasses.replace(job("c", 2.0, [4.0, 2.0], [3.0, 4.0], end=12.0), status="done")
+    failed = dataclasses.replace(job("f", 0.0, [4.0], [1.0], end=2.0), status="failed")
+    running = dataclasses.replace(job("r", 0.0, [4.0, 3.0], [1.0, 2.0]), status="running")
+    run = run_of([done_a, done_b, done_c, failed, running])
+    assert sorted(completion_times(run).tolist()) == pytest.approx([4.0, 6.5, 10.0])
+    s = summarize(run, {j: 0.0 for j in run.jobs})
+    assert s["median_completion"] == pytest.approx(6.5)
+    assert s["mean_completion"] == pytest.approx((4.0 + 6.5 + 10.0) / 3)
+    assert math.isnan(summarize(run_of([running]), {"r": 0.0})["mean_completion"])
 
 
 # --- policy-comparison metrics: utility, finish-time fairness, speedup -------------------------

@@ -55,7 +55,8 @@ def test_simulate_json_is_last_line(config_file: Path, tmp_path: Path,
     assert set(data["policies"]) == {"fair", "fifo"}
     for row in data["policies"].values():
         assert set(row) == set(JSON_KEYS)
-        assert {"median_time_to_90", "median_time_to_95"} <= set(row)  # the table's columns too
+        assert {"median_time_to_90", "median_time_to_95", "median_completion",
+                "mean_completion"} <= set(row)  # the table's columns too
         assert 0 < row["avg_normalized_loss"] <= 1 and row["makespan"] > 0
     assert "simulating fair" in cap.err  # progress goes to stderr with --json
     assert (tmp_path / "o" / "fair" / "metrics.h5").is_file()
