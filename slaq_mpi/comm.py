@@ -156,6 +156,13 @@ def barrier() -> None:
     _wait(_WORLD.Ibarrier())
 
 
+def root_flag(flag: bool) -> bool:
+    """Collective over the world: every rank gets rank 0's ``flag`` (the others pass any)."""
+    value = np.array([1 if flag else 0], dtype=np.int8)
+    _wait(_WORLD.Ibcast(value, root=0))
+    return bool(value[0])
+
+
 def broadcast_plan(plan: Any) -> None:
     """Rank 0: send ``plan`` to every rank (they receive it with :func:`recv_plan`)."""
     payload = np.frombuffer(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)

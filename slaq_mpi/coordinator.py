@@ -25,6 +25,7 @@ from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
 from slaq_mpi.plan import Plan, Report, epoch_length
 from slaq_mpi.policies import get_policy
+from slaq_mpi.rundir import STOP_FILE
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
@@ -34,7 +35,6 @@ _received: list[int] = []  # stop signals received by rank 0, set by the handler
 def _on_signal(signum: int, _frame: Any) -> None:
     _received.append(signum)
 STATE_FILE = "state.json"
-STOP_FILE = "STOP"
 
 
 def _say(msg: str) -> None:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from slaq_mpi import config
+from slaq_mpi import config, rundir
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.errors import ConfigError
 
@@ -92,8 +92,10 @@ def _fresh_run_dir(spec: ExperimentSpec) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """The ``slaq run`` command; returns the exit status."""
+    started = time.time()
     spec, run_dir, resume = _spec_and_dir(args)
     if not under_mpi():
+        rundir.check_free(run_dir)  # before any rank starts
         return _relaunch(args, spec)
     from slaq_mpi import comm
 
@@ -103,6 +105,19 @@ def run_command(args: argparse.Namespace) -> int:
             raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {size} ranks; "
                               f"ask the launcher for at least {max(2, spec.ranks)}")
         return 2
+    # rank 0 holds the run directory for the whole run; if another run has it, every rank ends
+    locked: ConfigError | None = None
+    if rank == 0:
+        try:
+            rundir.hold(run_dir)
+        except ConfigError as exc:
+            locked = exc
+    if not comm.root_flag(locked is None):
+        if locked is not None:
+            raise locked
+        return 2
+    if rank == 0 and rundir.clear_stale_stop(run_dir, started):
+        print(f"slaq: removed a STOP file in {run_dir} left from before this start", flush=True)
     busy, cpus = comm.detect_oversubscription()
     if rank == 0:
         if busy > cpus:

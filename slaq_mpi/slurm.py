@@ -19,12 +19,14 @@ import math
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi.errors import ConfigError, SlaqError
+from slaq_mpi import rundir
+from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, SlaqError
 
 __all__ = [
     "EXIT_STOPPED",
@@ -103,7 +105,7 @@ class SlurmSettings:
     output: str = "slaq-%x-%j.out"
     error: str | None = None
     chdir: str | None = None
-    python: str = "python3"
+    python: str | None = None
     setup: tuple[str, ...] = ()
     extra: tuple[str, ...] = ()
 
@@ -341,8 +343,9 @@ _HEADER = """\
 #
 # Flow: SIGUSR1 comes {lead} s before the time limit (SIGTERM on preemption or scancel); the trap
 # below creates RUN_DIR/STOP, rank 0 finishes the epoch, checkpoints every job and exits 75, and
-# this script requeues the job. A restart finds RUN_DIR/state.json and resumes from it. Exit 0:
-# every job done; 1: a job failed; 2: bad input; 3: aborted on an error; 75: stopped, not requeued.
+# this script requeues the job (not after scancel). A restart finds RUN_DIR/state.json and
+# resumes from it. Exit 0: every job done; 1: a job failed; 2: bad input (or RUN_DIR in use);
+# 3: aborted on an error; 75: stopped, not requeued.
 """
 
 
@@ -383,7 +386,7 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
     launch_text = " ".join(w if w.startswith('"$') else q(w) for w in launch)
     out = ["# --- site setup (slurm.setup): modules, virtualenv ---"]
     out += list(s.setup) or ["# (none)"]
-    out += ["", "set -u", f"PYTHON={q(s.python)}", f"LAUNCH=({launch_text})",
+    out += ["", "set -u", f"PYTHON={q(s.python or 'python3')}", f"LAUNCH=({launch_text})",
             f"MAX_RESTARTS={s.max_restarts}", f"REQUEUE={'1' if s.requeue else '0'}"]
     if config is None:
         out += [
@@ -455,6 +458,16 @@ case $status in
     0) say "every job done" ;;
     1) say "finished; at least one job failed (see the log and $RUN_DIR/metrics.h5)" ;;
     75)
+        # scancel sends TERM too. A job ending with no reason of Slurm's own (not the time
+        # limit) was cancelled by its owner or an admin: it stops here and is not requeued.
+        info=$(scontrol show job "$SLURM_JOB_ID" -o 2>/dev/null)
+        state=$(sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' <<< "$info")
+        reason=$(sed -n 's/.* Reason=\([^ ]*\).*/\1/p' <<< "$info")
+        if { [ "$state" = COMPLETING ] || [ "$state" = CANCELLED ]; } && [ "$reason" = None ]; then
+            say "cancelled: stopped with checkpoints, not requeued;" \
+                "resume with: slaq run --resume $RUN_DIR (or submit again)"
+            exit "$status"
+        fi
         if [ "$REQUEUE" = 1 ] && [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then
             say "stopped with checkpoints; requeueing"
             rm -f "$RUN_DIR/STOP"
@@ -464,6 +477,7 @@ case $status in
             say "scontrol requeue failed"
         fi
         say "stopped with checkpoints; resume with: slaq run --resume $RUN_DIR (or submit again)" ;;
+    2) say "bad input or run directory in use (the error is above); nothing was run" ;;
     *) say "slaq run exited with status $status; after a crash: slaq run --resume $RUN_DIR" ;;
 esac
 exit "$status"
@@ -491,7 +505,7 @@ def submit(script: str, *, cwd: str | Path | None = None, sbatch_args: Sequence[
     """Submit ``script`` (text, given to sbatch on standard input) and return the job id."""
     proc = run_cmd(["sbatch", "--parsable", *sbatch_args], input=script, cwd=cwd)
     if proc.returncode != 0:
-        why = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
+        why = " ".join((proc.stderr or proc.stdout).split()) or f"exit status {proc.returncode}"
         raise SlurmError(f"sbatch refused the job: {why}")
     first = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     job_id = first.split(";", 1)[0].strip()
@@ -535,20 +549,24 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     spec = config.load(args.config)
     config.require_live(spec)
     settings = settings_for(spec)
+    if settings.python is None and not settings.setup:
+        # the job runs the Python that runs this command (its venv need not be active)
+        settings = replace(settings, python=sys.executable)
     cwd = Path.cwd()
     run_dir = str((_workdir(settings, cwd) / spec.output_dir).resolve())
     script = render_sbatch(settings, config=str(Path(args.config).resolve()), run_dir=run_dir)
     if args.dry_run:
         print(script, end="")
         return 0
+    rundir.check_free(run_dir)
     if (Path(run_dir) / "state.json").is_file():
         print(f"slaq: note: {run_dir} holds an earlier run; the job will resume it "
               "(move it away for a fresh run)")
     try:
         job_id = submit(script, cwd=cwd)
     except SlurmError as exc:
-        print(f"slaq: error: {exc}")
-        return 1
+        print(f"slaq: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(f"submitted batch job {job_id}: {settings.ntasks} tasks for {settings.time}; "
           f"log {output_path(settings, job_id, cwd)}; run dir {run_dir}")
     return 0

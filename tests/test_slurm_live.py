@@ -222,3 +222,27 @@ def test_mpiexec_launcher_inside_the_allocation(plain_run: tuple[Submitted, dict
             np.testing.assert_allclose(final[name]["loss"], ref["loss"], rtol=1e-9, atol=0, err_msg=name)
     finally:
         job.cancel()
+
+
+def test_scancel_ends_the_job_for_good_and_a_second_run_is_refused(tmp_path: Path) -> None:
+    job = _submit(tmp_path / "cancelled")
+    try:
+        job.wait_for("the run to own its directory", lambda i: i.get("JobState") in FINAL_STATES
+                     or (job.run_dir / "state.json").is_file())
+        assert job.info().get("JobState") == "RUNNING", "the run ended before it could be cancelled"
+        # a second run into the same directory is refused while the first holds it
+        again = run_slaq(["run", "--resume", str(job.run_dir)], cwd=tmp_path, timeout=120)
+        assert again.returncode == 2, again.stdout + again.stderr
+        assert "another slaq run is using it" in again.stderr and f"Slurm job {job.job_id}" in again.stderr
+        assert "starting" not in again.stdout  # refused before any rank started
+
+        assert slurm.run_cmd(["scancel", job.job_id]).returncode == 0
+        info = job.wait_final()
+        time.sleep(15)  # a requeued job would be pending again by now (BeginTime about 10 s)
+        info = job.info() or info
+        log = job.log_text()
+        assert info.get("JobState") == "CANCELLED", f"{info}\n{log[-3000:]}"
+        assert info.get("Restarts") == "0", f"the cancelled job was requeued\n{log[-3000:]}"
+        assert "requeueing" not in log
+    finally:
+        job.cancel()

@@ -5,9 +5,11 @@ against fake ``mpiexec`` and ``scontrol`` commands. No Slurm needed."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import stat
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -265,6 +267,19 @@ def test_dry_run_prints_the_script_and_runs_nothing(monkeypatch: pytest.MonkeyPa
     assert "#SBATCH --job-name=tiny" in out and "#SBATCH --signal=B:USR1@120" in out
 
 
+@pytest.mark.parametrize("section, python", [
+    (None, shlex.quote(sys.executable)),  # the Python running `slaq submit`: its venv need not be active
+    ({"python": "/opt/py/bin/python3"}, "/opt/py/bin/python3"),
+    ({"setup": ["source ~/venvs/slaq/bin/activate"]}, "python3"),  # the setup's environment decides
+])
+def test_submit_picks_the_python(monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str], section: dict[str, Any] | None,
+                                 python: str) -> None:
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({}))
+    assert cli.main(["submit", str(_write_config(tmp_path, slurm=section)), "--dry-run"]) == 0
+    assert f"\nPYTHON={python}\n" in capsys.readouterr().out
+
+
 def test_submit_rejects_a_bad_slurm_section(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
                                             tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeSlurm({})
@@ -280,8 +295,9 @@ def test_sbatch_failure_is_reported(monkeypatch: pytest.MonkeyPatch, no_subproce
     msg = "sbatch: error: invalid partition specified: nope"
     monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"sbatch": (1, "", msg)}))
     cfg = _write_config(tmp_path)
-    assert cli.main(["submit", str(cfg)]) == 1
-    assert "invalid partition specified: nope" in capsys.readouterr().out
+    assert cli.main(["submit", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "invalid partition specified: nope" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("answer, job_id", [("17\n", "17"), ("123;cluster2\n", "123"),
@@ -345,6 +361,11 @@ esac
 
 FAKE_SCONTROL = """\
 #!/bin/bash
+# Fake scontrol: answers `show job` with $FAKE_JOB_STATE; records every other command.
+if [ "$1" = show ]; then
+    echo "JobId=$SLURM_JOB_ID JobState=${FAKE_JOB_STATE:-RUNNING} Reason=${FAKE_REASON:-None} Restarts=0"
+    exit 0
+fi
 echo "$*" >> "$FAKE_LOG/scontrol"
 """
 
@@ -399,6 +420,23 @@ def test_script_resumes_when_state_exists(fake_cluster: dict[str, Any]) -> None:
 
 def test_script_requeues_after_a_graceful_stop(fake_cluster: dict[str, Any]) -> None:
     proc = _run_script(fake_cluster, "stop")
+    assert proc.returncode == 0
+    assert _lines(fake_cluster["logs"] / "scontrol") == ["requeue 31"]
+
+
+@pytest.mark.parametrize("state", ["COMPLETING", "CANCELLED"])
+def test_script_does_not_requeue_a_cancelled_job(fake_cluster: dict[str, Any], state: str) -> None:
+    # scancel sends TERM, which stops the run gracefully (exit 75); the job must then stay ended.
+    # (What a real Slurm 22.05 showed in the trap after a plain scancel: COMPLETING, Reason=None.)
+    proc = _run_script(fake_cluster, "stop", FAKE_JOB_STATE=state)
+    assert proc.returncode == 75
+    assert _lines(fake_cluster["logs"] / "scontrol") == []
+    assert "cancelled: stopped with checkpoints, not requeued" in proc.stdout
+
+
+def test_script_requeues_a_job_stopped_at_its_time_limit(fake_cluster: dict[str, Any]) -> None:
+    # at the limit Slurm sends TERM with the job COMPLETING, Reason=TimeLimit: requeue it
+    proc = _run_script(fake_cluster, "stop", FAKE_JOB_STATE="COMPLETING", FAKE_REASON="TimeLimit")
     assert proc.returncode == 0
     assert _lines(fake_cluster["logs"] / "scontrol") == ["requeue 31"]
 

@@ -1,0 +1,80 @@
+"""One run at a time per run directory: a lock file beside it, held by rank 0 for the whole run.
+
+The lock is ``.<name>.lock`` in the run directory's parent (beside the directory, so a fresh
+start that moves an old run directory aside keeps it). It is an ``flock`` lock: the kernel (or
+the NFS lock manager) releases it when the process holding it ends, however it ends, so a
+crashed run never leaves a stale lock. The file's text says who holds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from pathlib import Path
+from typing import IO
+
+from slaq_mpi.errors import ConfigError
+
+__all__ = ["STOP_FILE", "check_free", "clear_stale_stop", "hold", "lock_path"]
+
+STOP_FILE = "STOP"  # created in the run directory to ask a running coordinator to stop
+
+_held: list[IO[str]] = []  # the open lock files of this process (closing one releases it)
+
+
+def lock_path(run_dir: str | Path) -> Path:
+    """The lock file of ``run_dir``."""
+    run_dir = Path(run_dir).resolve()
+    return run_dir.parent / f".{run_dir.name}.lock"
+
+
+def _open_locked(run_dir: Path) -> IO[str]:
+    path = lock_path(run_dir)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+")  # noqa: SIM115 - held open for the life of the run
+    except OSError as exc:
+        raise ConfigError("run directory", str(run_dir), f"cannot create its lock file {path}: "
+                          f"{exc.strerror}") from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise ConfigError("run directory", str(run_dir), f"another slaq run is using it "
+                          f"({holder}); wait for it to end, or stop it first") from None
+    return fh
+
+
+def check_free(run_dir: str | Path) -> None:
+    """Raise :class:`ConfigError` if a running slaq run holds ``run_dir`` (takes no lock)."""
+    _open_locked(Path(run_dir)).close()
+
+
+def hold(run_dir: str | Path) -> None:
+    """Lock ``run_dir`` for the rest of this process, or raise :class:`ConfigError` if a
+    running slaq run holds it."""
+    fh = _open_locked(Path(run_dir))
+    job = os.environ.get("SLURM_JOB_ID")
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()} on {socket.gethostname()}"
+             f"{f', Slurm job {job}' if job else ''}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    fh.flush()
+    _held.append(fh)
+
+
+def clear_stale_stop(run_dir: str | Path, started: float) -> bool:
+    """Remove ``run_dir/STOP`` if it is older than ``started`` (a stop request meant for an
+    earlier run, which would end this one at once). Returns whether one was removed."""
+    stop = Path(run_dir) / STOP_FILE
+    try:
+        if stop.stat().st_mtime < started:
+            stop.unlink()
+            return True
+    except FileNotFoundError:
+        pass
+    return False

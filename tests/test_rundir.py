@@ -1,0 +1,109 @@
+"""One run at a time per run directory (slaq_mpi.rundir), as `slaq run` and `slaq submit` use it."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slaq_mpi import cli, rundir
+from slaq_mpi.errors import ConfigError
+
+
+@pytest.fixture
+def held(tmp_path: Path) -> Iterator[Path]:
+    """A run directory whose lock another holder has (released at the end of the test)."""
+    run_dir = tmp_path / "runs" / "tiny"
+    path = rundir.lock_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        fh.write("pid 123 on node7, Slurm job 35\n")
+        fh.flush()
+        yield run_dir
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: tiny
+        output_dir: {tmp_path / 'runs' / 'tiny'}
+        ranks: 3
+        jobs:
+          - name: a
+            algorithm: logreg
+            dataset: {{generator: classification, rows: 100, features: 3}}
+        """))
+    return path
+
+
+def test_lock_file_sits_beside_the_run_directory(tmp_path: Path) -> None:
+    assert rundir.lock_path(tmp_path / "runs" / "q") == tmp_path / "runs" / ".q.lock"
+
+
+def test_a_held_run_directory_is_refused_naming_the_holder(held: Path) -> None:
+    with pytest.raises(ConfigError, match="another slaq run is using it.*pid 123 on node7, Slurm job 35"):
+        rundir.check_free(held)
+
+
+def test_lock_is_released_when_its_holder_ends(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    code = ("import sys, time; from slaq_mpi import rundir; rundir.hold(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"pid {proc.pid} on "):
+            rundir.check_free(run_dir)
+    finally:
+        proc.kill()  # no clean exit: the kernel releases the lock
+        proc.wait()
+    rundir.check_free(run_dir)  # free again
+    rundir.check_free(run_dir)  # checking takes no lock
+
+
+def test_only_a_stop_file_older_than_the_start_is_removed(tmp_path: Path) -> None:
+    stop = tmp_path / rundir.STOP_FILE
+    assert not rundir.clear_stale_stop(tmp_path, time.time())  # none there
+    stop.touch()
+    os.utime(stop, (time.time() - 100, time.time() - 100))
+    started = time.time() - 10
+    assert rundir.clear_stale_stop(tmp_path, started) and not stop.exists()
+    stop.touch()  # made after the start: a real stop request
+    assert not rundir.clear_stale_stop(tmp_path, started) and stop.exists()
+
+
+def test_slaq_run_refuses_a_held_run_directory_before_any_rank(held: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    def no_launch(*args: object, **kwargs: object) -> None:
+        raise AssertionError("mpiexec started")
+
+    monkeypatch.setattr(subprocess, "Popen", no_launch)
+    for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        monkeypatch.delenv(var, raising=False)
+    (held / "state.json").parent.mkdir(parents=True, exist_ok=True)
+    (held / "metrics.h5").write_bytes(b"keep")
+    assert cli.main(["run", str(_config(tmp_path))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another slaq run is using it" in err[0]
+    assert (held / "metrics.h5").read_bytes() == b"keep"  # not moved aside, not touched
+
+
+def test_slaq_submit_refuses_a_held_run_directory(held: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi import slurm
+
+    calls: list[object] = []
+    monkeypatch.setattr(slurm, "run_cmd", lambda *a, **k: calls.append(a))
+    assert cli.main(["submit", str(_config(tmp_path))]) == 2
+    assert calls == []  # nothing submitted
+    assert "another slaq run is using it" in capsys.readouterr().err
