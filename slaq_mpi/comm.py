@@ -156,6 +156,14 @@ def barrier() -> None:
     _wait(_WORLD.Ibarrier())
 
 
+def all_true(flag: bool) -> bool:
+    """Collective over the world: whether ``flag`` holds on every rank."""
+    value = np.array([1 if flag else 0], dtype=np.int8)
+    result = np.zeros(1, dtype=np.int8)
+    _wait(_WORLD.Iallreduce(value, result, op=MPI.MIN))
+    return bool(result[0])
+
+
 def root_flag(flag: bool) -> bool:
     """Collective over the world: every rank gets rank 0's ``flag`` (the others pass any)."""
     value = np.array([1 if flag else 0], dtype=np.int8)

@@ -7,6 +7,7 @@ allowed. ``docs/config.md`` documents every key.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
         text = p.read_text()
     except OSError as exc:
         raise ConfigError("config file", str(p), f"it must be a readable file ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError("config file", str(p), "it must be a YAML text file (UTF-8)") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -133,7 +136,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
             raise ConfigError(key, val, "must be a mapping")
     return ExperimentSpec(
         name=name,
-        output_dir=Path(str(top.get("output_dir", f"runs/{name}"))),
+        output_dir=_output_dir(top.get("output_dir", f"runs/{name}"), check_files),
         epoch_seconds=_float(top.get("epoch_seconds", 2.0), "epoch_seconds", lo=0.05),
         policy=policy,
         policy_params=policy_params,
@@ -146,6 +149,29 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
 
 
 # --- pieces ------------------------------------------------------------------------------
+
+def _output_dir(val: Any, check_files: bool) -> Path:
+    """The run directory: a directory of its own that can be created (checked on disk when
+    ``check_files``)."""
+    if not isinstance(val, str) or not val.strip():
+        raise ConfigError("output_dir", val, "must be a non-empty path string")
+    path = Path(val)
+    if not check_files:
+        return path
+    where = path.resolve()
+    cwd = Path.cwd().resolve()
+    if where == cwd or where in cwd.parents:
+        raise ConfigError("output_dir", val, "must be a directory of its own, not the current "
+                          "directory or one above it (an earlier run in it is moved aside)")
+    if where.exists() and not where.is_dir():
+        raise ConfigError("output_dir", val, "exists and is not a directory")
+    base = where
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError("output_dir", val, f"cannot be created: {base} is not a writable directory")
+    return path
+
 
 def _policy(val: Any) -> tuple[str, dict[str, Any]]:
     from slaq_mpi.policies import PolicyError, get_policy

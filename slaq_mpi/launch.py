@@ -93,31 +93,46 @@ def _fresh_run_dir(spec: ExperimentSpec) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """The ``slaq run`` command; returns the exit status."""
     started = time.time()
-    spec, run_dir, resume = _spec_and_dir(args)
     if not under_mpi():
+        spec, run_dir, _ = _spec_and_dir(args)
         rundir.check_free(run_dir)  # before any rank starts
         return _relaunch(args, spec)
     from slaq_mpi import comm
 
     size, rank = comm.world_size(), comm.world_rank()
+    # Every rank reads the config; all go on only if all could (a file that changed during the
+    # start must not leave some ranks waiting for a coordinator that has quit).
+    failure: ConfigError | None = None
+    try:
+        spec, run_dir, resume = _spec_and_dir(args)
+    except ConfigError as exc:
+        failure = exc
+    if not comm.all_true(failure is None):
+        if rank == 0:
+            raise failure or ConfigError("config", args.config or args.resume,
+                                         "another rank could not read it (did it change during the start?)")
+        return 2
     if size < 2 or size < spec.ranks:
         if rank == 0:
             raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {size} ranks; "
                               f"ask the launcher for at least {max(2, spec.ranks)}")
         return 2
-    # rank 0 holds the run directory for the whole run; if another run has it, every rank ends
-    locked: ConfigError | None = None
+    # rank 0 takes the run directory (lock, fresh start); if it cannot, every rank ends
     if rank == 0:
         try:
             rundir.hold(run_dir)
+            if rundir.clear_stale_stop(run_dir, started):
+                print(f"slaq: removed a STOP file in {run_dir} left from before this start", flush=True)
+            if not resume:
+                _fresh_run_dir(spec)
+        except OSError as exc:
+            failure = ConfigError("output_dir", str(run_dir), f"cannot be used: {exc.strerror or exc}")
         except ConfigError as exc:
-            locked = exc
-    if not comm.root_flag(locked is None):
-        if locked is not None:
-            raise locked
+            failure = exc
+    if not comm.root_flag(failure is None):
+        if failure is not None:
+            raise failure
         return 2
-    if rank == 0 and rundir.clear_stale_stop(run_dir, started):
-        print(f"slaq: removed a STOP file in {run_dir} left from before this start", flush=True)
     busy, cpus = comm.detect_oversubscription()
     if rank == 0:
         if busy > cpus:
@@ -127,8 +142,6 @@ def run_command(args: argparse.Namespace) -> int:
         if size > spec.ranks:
             print(f"slaq: the launch gave {size} ranks (config asks {spec.ranks}); using all {size}",
                   flush=True)
-        if not resume:
-            _fresh_run_dir(spec)
         from slaq_mpi.coordinator import run_coordinator
 
         return run_coordinator(spec, run_dir, resume)

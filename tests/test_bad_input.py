@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
 import pytest
 import yaml
 
+from slaq_mpi import rundir
 from tests.conftest import run_mpi, run_slaq
 
 GOOD = {
@@ -35,6 +37,9 @@ def _with(path: list[object], value: object) -> dict:
 
 CASES = {
     "unknown top key": (_with(["epochs"], 3), ["epochs", "allowed keys"]),
+    "output_dir is a file": (_with(["output_dir"], "c.yaml"), ["output_dir", "'c.yaml'", "not a directory"]),
+    "output_dir is the current directory": (_with(["output_dir"], "."),
+                                            ["output_dir", "'.'", "not the current directory"]),
     "unknown job key": (_with(["jobs", 0, "speed"], 3), ["jobs[0].speed", "allowed keys"]),
     "wrong type": (_with(["epoch_seconds"], "fast"), ["epoch_seconds", "'fast'", "number"]),
     "zero epoch": (_with(["epoch_seconds"], 0), ["epoch_seconds", "0", ">="]),
@@ -94,6 +99,15 @@ def test_malformed_yaml(tmp_path: Path) -> None:
     assert "c.yaml:" in line and "YAML" in line
 
 
+def test_binary_config_file(tmp_path: Path) -> None:
+    data = tmp_path / "data.h5"
+    data.write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe" * 8)
+    proc = run_slaq(["validate", str(data)], cwd=tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc.stderr)
+    assert "data.h5" in line and "YAML text file" in line
+
+
 def test_missing_config_file(tmp_path: Path) -> None:
     proc = run_slaq(["validate", str(tmp_path / "nope.yaml")], cwd=tmp_path)
     assert proc.returncode == 2
@@ -136,3 +150,21 @@ def test_more_ranks_than_launched(tmp_path: Path) -> None:
     line = _one_error_line(proc.stderr)
     assert "ranks" in line and "6" in line and "only 2" in line
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.mpi
+def test_a_run_directory_in_use_ends_every_rank(tmp_path: Path) -> None:
+    # inside an MPI launch only rank 0 finds out; the other ranks must end too, not wait forever
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["ranks"], 3)))
+    lock = rundir.lock_path(tmp_path / "runs" / "t")
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        fh.write("pid 1 on elsewhere\n")
+        fh.flush()
+        proc = run_mpi(3, ["-m", "slaq_mpi", "run", str(cfg)], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert "another slaq run is using it (pid 1 on elsewhere)" in line
+    assert not (tmp_path / "runs" / "t").exists()
