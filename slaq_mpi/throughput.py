@@ -26,7 +26,7 @@ import numpy as np
 from slaq_mpi._numeric import zero_nonfinite
 
 __all__ = ["SERIAL_FRACTION", "ThroughputModel", "fit_throughput", "fit_throughput_flat",
-           "population_serial_fraction"]
+           "flat_observations", "population_serial_fraction"]
 
 SERIAL_FRACTION = 0.05
 PRIOR_WEIGHT = 0.02  # total weight of the prior's pseudo-observations vs. 1 per observation
@@ -259,15 +259,25 @@ def population_serial_fraction(model: ThroughputModel, min_jobs: int = MIN_POPUL
     return float(np.clip(np.median(share), MIN_SERIAL_FRACTION, 1.0))
 
 
+def flat_observations(
+    observations: Sequence[Sequence[tuple[int, float]]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every job's last ``MAX_OBSERVATIONS`` ``(cores, seconds)`` pairs as the flat arrays
+    ``(job, cores, seconds)`` that :func:`fit_throughput_flat` takes."""
+    jobs = len(observations)
+    counts = np.fromiter(map(len, observations), dtype=np.int64, count=jobs)
+    if counts.max(initial=0) > MAX_OBSERVATIONS:
+        observations = [o[-MAX_OBSERVATIONS:] for o in observations]
+        counts = np.minimum(counts, MAX_OBSERVATIONS)
+    flat = np.fromiter(chain.from_iterable(chain.from_iterable(observations)), dtype=np.float64,
+                       count=2 * int(counts.sum()))
+    return np.repeat(np.arange(jobs), counts), flat[0::2], flat[1::2]
+
+
 def fit_throughput(
     observations: Sequence[Sequence[tuple[int, float]]], prior_seconds: float | np.ndarray = 1.0
 ) -> ThroughputModel:
     """Fit every job's ``(cores, seconds_per_iteration)`` observations (its last
     ``MAX_OBSERVATIONS``); jobs without any get the prior with ``prior_seconds`` on 1 core."""
-    jobs = len(observations)
-    recent = [obs[-MAX_OBSERVATIONS:] for obs in observations]
-    counts = np.fromiter((len(o) for o in recent), dtype=np.int64, count=jobs)
-    flat = np.fromiter(chain.from_iterable(chain.from_iterable(recent)), dtype=np.float64,
-                       count=2 * int(counts.sum()))
-    job = np.repeat(np.arange(jobs), counts)
-    return fit_throughput_flat(job, flat[0::2], flat[1::2], jobs, prior_seconds)
+    job, cores, seconds = flat_observations(observations)
+    return fit_throughput_flat(job, cores, seconds, len(observations), prior_seconds)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import chain, repeat
+from itertools import repeat
 
 import numpy as np
 
@@ -38,10 +38,10 @@ from slaq_mpi.predict import (
 )
 from slaq_mpi.snapshot import ClusterSnapshot
 from slaq_mpi.throughput import (
-    MAX_OBSERVATIONS,
     SERIAL_FRACTION,
     ThroughputModel,
     fit_throughput_flat,
+    flat_observations,
     population_serial_fraction,
 )
 
@@ -428,15 +428,8 @@ class SlaqPolicy:
         if self.normalize == "span":
             curves = replace(curves, span=_spans(histories, curves))
 
-        recent = [j.throughput for j in jobs]
-        obs = np.fromiter(map(len, recent), dtype=np.int64, count=count)
-        if obs.max(initial=0) > MAX_OBSERVATIONS:
-            recent = [o[-MAX_OBSERVATIONS:] for o in recent]
-            obs = np.minimum(obs, MAX_OBSERVATIONS)
-        flat = np.fromiter(chain.from_iterable(chain.from_iterable(recent)), dtype=np.float64,
-                           count=2 * int(obs.sum()))
-        owner = np.repeat(np.arange(count), obs)
-        speed, serial = self._fit_speed(owner, flat[0::2], flat[1::2], count)
+        owner, cores, seconds = flat_observations([j.throughput for j in jobs])
+        speed, serial = self._fit_speed(owner, cores, seconds, count)
         seen = speed.observed > 0
         if seen.any() and not seen.all():
             t1 = float(np.median(speed.seconds(np.ones(count))[seen]))
