@@ -273,7 +273,8 @@ def max_drops(
     flat = _flat([h[s:] for h, s in zip(histories, lo_list, strict=True)], int(seg.sum()))
     drops = np.zeros(flat.shape[0])
     if flat.shape[0] > 1:
-        drops[1:] = flat[:-1] - flat[1:]
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, zeroed below
+            drops[1:] = flat[:-1] - flat[1:]
     starts = np.cumsum(seg) - seg
     has = seg > 0
     drops[starts[has]] = 0.0
