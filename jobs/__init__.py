@@ -11,9 +11,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from jobs.base import GroupComm, SerialComm, Shard, Solver
+from jobs.base import Allowed, GroupComm, SerialComm, Shard, Solver
 
-__all__ = ["ALGORITHMS", "GroupComm", "SerialComm", "Shard", "Solver", "load_solver"]
+__all__ = ["ALGORITHMS", "Allowed", "GroupComm", "SerialComm", "Shard", "Solver", "load_solver"]
 
 ALGORITHMS: dict[str, str] = {
     "logreg": "jobs.logreg:LogisticRegression",

@@ -76,6 +76,45 @@ class Shard:
         return int(self.X.shape[0])
 
 
+@dataclass(frozen=True)
+class Allowed:
+    """The values one hyperparameter may take: an interval of numbers, or named choices.
+
+    ``Allowed(lo=0)`` is ``>= 0``, ``Allowed(lo=0, lo_open=True)`` is ``> 0``,
+    ``Allowed(lo=0, hi=1, hi_open=True)`` is ``in [0, 1)``, ``Allowed(choices=("a", "b"))``
+    is one of the names.
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    choices: tuple[str, ...] = ()
+
+    def admits(self, value: Any) -> bool:
+        """Whether ``value`` is allowed."""
+        if self.choices:
+            return value in self.choices
+        if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+            return False
+        return self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
+
+    def __str__(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.hi is None:
+            return f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        if self.lo is None:
+            return f"{'<' if self.hi_open else '<='} {self.hi:g}"
+        return (f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}"
+                f"{')' if self.hi_open else ']'}")
+
+
+POSITIVE = Allowed(lo=0, lo_open=True)
+NON_NEGATIVE = Allowed(lo=0)
+AT_LEAST_ONE = Allowed(lo=1)
+
+
 class Solver(ABC):
     """Base class of the built-in solvers.
 
@@ -84,11 +123,17 @@ class Solver(ABC):
             Lloyd...): chooses the loss-curve family the scheduler fits.
         defaults: every hyperparameter with its default; the YAML may override these only,
             with values of the same type.
+        allowed: the values a hyperparameter may take (numbers: an interval; strings: the
+            choices). ``slaq validate`` and the constructor refuse any other value.
+        row_limited: hyperparameters that must not exceed the dataset's rows (clusters,
+            components drawn from distinct rows).
         needs_labels: whether the dataset must carry ``y``.
     """
 
     convergence: ClassVar[str] = "sublinear"
     defaults: ClassVar[dict[str, Any]] = {}
+    allowed: ClassVar[dict[str, Allowed]] = {}
+    row_limited: ClassVar[tuple[str, ...]] = ()
     needs_labels: ClassVar[bool] = True
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
@@ -96,6 +141,26 @@ class Solver(ABC):
         self.shard = shard
         self.params = {**self.defaults, **params}
         self.seed = seed
+        problem = self.hyperparameter_problem(self.params, shard.n_rows)
+        if problem is not None:
+            key, rule = problem
+            raise ValueError(f"{type(self).__name__} {key} {self.params[key]!r}: {rule}")
+
+    @classmethod
+    def hyperparameter_problem(cls, params: Mapping[str, Any],
+                               rows: int | None) -> tuple[str, str] | None:
+        """The first hyperparameter in ``params`` with a value it may not take, and what is
+        allowed (``("k", "must be >= 1")``); None if all are fine.
+
+        ``rows`` is the dataset's row count where known (``row_limited`` is then checked).
+        """
+        for key, value in params.items():
+            rule = cls.allowed.get(key)
+            if rule is not None and not rule.admits(value):
+                return key, f"must be {rule}"
+            if key in cls.row_limited and rows is not None and value > rows:
+                return key, f"must be at most the dataset's {rows} rows"
+        return None
 
     @abstractmethod
     def step(self) -> float:

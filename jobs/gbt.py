@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jobs._common import dense
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Allowed, GroupComm, Shard, Solver
 
 _BLOCK = 32768
 
@@ -32,6 +32,10 @@ class GradientBoostedTrees(Solver):
     defaults: ClassVar[dict[str, Any]] = {
         "max_depth": 4, "learning_rate": 0.3, "bins": 32, "l2": 1.0, "min_child_weight": 1.0,
     }
+    allowed: ClassVar[dict[str, Allowed]] = {
+        "max_depth": AT_LEAST_ONE, "learning_rate": POSITIVE, "bins": Allowed(lo=2, hi=256),
+        "l2": NON_NEGATIVE, "min_child_weight": NON_NEGATIVE,
+    }
     label_kind: ClassVar[str] = "real"
     dataset_kind: ClassVar[str] = "regression"
 
@@ -43,8 +47,6 @@ class GradientBoostedTrees(Solver):
         lo = comm.allreduce(X.min(axis=0, initial=np.inf), op="min")
         hi = comm.allreduce(X.max(axis=0, initial=-np.inf), op="max")
         bins = int(self.params["bins"])
-        if not 2 <= bins <= 256:
-            raise ValueError(f"gbt bins {bins}: allowed 2..256")
         self.lo = lo
         self.width = np.where(hi > lo, (hi - lo) / bins, 1.0)
         self._codes = self._bin(X)

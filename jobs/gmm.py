@@ -9,7 +9,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from jobs._common import seeded_rows, squared
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import AT_LEAST_ONE, POSITIVE, Allowed, GroupComm, Shard, Solver
 
 
 class GaussianMixture(Solver):
@@ -22,6 +22,8 @@ class GaussianMixture(Solver):
 
     convergence: ClassVar[str] = "linear"
     defaults: ClassVar[dict[str, Any]] = {"k": 8, "reg_covar": 1e-6}
+    allowed: ClassVar[dict[str, Allowed]] = {"k": AT_LEAST_ONE, "reg_covar": POSITIVE}
+    row_limited: ClassVar[tuple[str, ...]] = ("k",)
     needs_labels: ClassVar[bool] = False
     dataset_kind: ClassVar[str] = "blobs"
 

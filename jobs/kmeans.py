@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import AT_LEAST_ONE, Allowed, GroupComm, Shard, Solver
 
 
 class KMeans(Solver):
@@ -20,6 +20,8 @@ class KMeans(Solver):
 
     convergence: ClassVar[str] = "linear"
     defaults: ClassVar[dict[str, Any]] = {"k": 8}
+    allowed: ClassVar[dict[str, Allowed]] = {"k": AT_LEAST_ONE}
+    row_limited: ClassVar[tuple[str, ...]] = ("k",)
     needs_labels: ClassVar[bool] = False
     dataset_kind: ClassVar[str] = "blobs"
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jobs._common import with_intercept
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import AT_LEAST_ONE, NON_NEGATIVE, Allowed, GroupComm, Shard, Solver
 
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 60
@@ -122,6 +122,7 @@ class LogisticRegressionLBFGS(LBFGSSolver):
     """
 
     defaults: ClassVar[dict[str, Any]] = {"l2": 1e-4, "fit_intercept": True, "history": 10}
+    allowed: ClassVar[dict[str, Allowed]] = {"l2": NON_NEGATIVE, "history": AT_LEAST_ONE}
     label_kind: ClassVar[str] = "binary"
     dataset_kind: ClassVar[str] = "classification"
 

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln, psi
 
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Allowed, GroupComm, Shard, Solver
 
 
 class LDA(Solver):
@@ -25,6 +25,10 @@ class LDA(Solver):
     convergence: ClassVar[str] = "linear"
     defaults: ClassVar[dict[str, Any]] = {
         "topics": 10, "alpha": 0.1, "e_step_iterations": 100, "e_step_tol": 1e-6,
+    }
+    allowed: ClassVar[dict[str, Allowed]] = {
+        "topics": AT_LEAST_ONE, "alpha": POSITIVE, "e_step_iterations": AT_LEAST_ONE,
+        "e_step_tol": NON_NEGATIVE,
     }
     needs_labels: ClassVar[bool] = False
     dataset_kind: ClassVar[str] = "documents"

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jobs._common import with_intercept
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import NON_NEGATIVE, Allowed, GroupComm, Shard, Solver
 
 
 class LinearRegression(Solver):
@@ -21,6 +21,7 @@ class LinearRegression(Solver):
 
     convergence: ClassVar[str] = "linear"
     defaults: ClassVar[dict[str, Any]] = {"l2": 0.0, "fit_intercept": True}
+    allowed: ClassVar[dict[str, Allowed]] = {"l2": NON_NEGATIVE}
     label_kind: ClassVar[str] = "real"
     dataset_kind: ClassVar[str] = "regression"
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import NON_NEGATIVE, POSITIVE, Allowed, GroupComm, Shard, Solver
 
 
 class LogisticRegression(Solver):
@@ -18,6 +18,7 @@ class LogisticRegression(Solver):
 
     convergence: ClassVar[str] = "sublinear"
     defaults: ClassVar[dict[str, Any]] = {"learning_rate": 1.0, "l2": 1e-4, "fit_intercept": True}
+    allowed: ClassVar[dict[str, Allowed]] = {"learning_rate": POSITIVE, "l2": NON_NEGATIVE}
     label_kind: ClassVar[str] = "binary"
     dataset_kind: ClassVar[str] = "classification"
 

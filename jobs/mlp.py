@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jobs._common import class_labels
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Allowed, GroupComm, Shard, Solver
 
 _PARAMS = ("W1", "b1", "W2", "b2")
 
@@ -24,6 +24,10 @@ class MLPClassifier(Solver):
     convergence: ClassVar[str] = "sublinear"
     defaults: ClassVar[dict[str, Any]] = {
         "hidden": 32, "learning_rate": 0.5, "momentum": 0.9, "l2": 1e-4, "classes": 0,
+    }
+    allowed: ClassVar[dict[str, Allowed]] = {
+        "hidden": AT_LEAST_ONE, "learning_rate": POSITIVE, "momentum": Allowed(lo=0, hi=1, hi_open=True),
+        "l2": NON_NEGATIVE, "classes": NON_NEGATIVE,
     }
     label_kind: ClassVar[str] = "classes"
     dataset_kind: ClassVar[str] = "blobs"

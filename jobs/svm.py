@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jobs._common import with_intercept
-from jobs.base import GroupComm, Shard, Solver
+from jobs.base import NON_NEGATIVE, POSITIVE, Allowed, GroupComm, Shard, Solver
 
 LOSSES = ("squared_hinge", "smoothed_hinge")
 
@@ -38,13 +38,15 @@ class LinearSVM(Solver):
         "learning_rate": 0.5, "l2": 1e-4, "fit_intercept": True, "loss": "squared_hinge",
         "smoothing": 1.0,
     }
+    allowed: ClassVar[dict[str, Allowed]] = {
+        "learning_rate": POSITIVE, "l2": NON_NEGATIVE, "loss": Allowed(choices=LOSSES),
+        "smoothing": POSITIVE,
+    }
     label_kind: ClassVar[str] = "binary"
     dataset_kind: ClassVar[str] = "classification"
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
         super().__init__(comm, shard, params, seed)
-        if self.params["loss"] not in LOSSES:
-            raise ValueError(f"svm loss {self.params['loss']!r}: allowed {', '.join(LOSSES)}")
         assert shard.y is not None
         self._sign = 2.0 * np.asarray(shard.y, dtype=np.float64) - 1.0
         self.w = np.zeros(shard.n_features + 1)  # intercept last

@@ -209,7 +209,12 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
             ok, val = True, float(val)
         if not ok:
             raise ConfigError(f"{where}.hyperparameters.{key}", val, f"must be of type {want.__name__}")
-    dataset = _dataset(_req(job, "dataset", where), f"{where}.dataset", check_files, solver)
+    dataset, rows = _dataset(_req(job, "dataset", where), f"{where}.dataset", check_files, solver)
+    problem = getattr(solver, "hyperparameter_problem", None)
+    found = problem({**solver.defaults, **hyper}, rows) if problem is not None else None
+    if found is not None:
+        key, allowed = found
+        raise ConfigError(f"{where}.hyperparameters.{key}", {**solver.defaults, **hyper}[key], allowed)
     stop = _stop(job.get("stop", {}) or {}, f"{where}.stop")
     max_cores = job.get("max_cores")
     if max_cores is not None:
@@ -246,7 +251,8 @@ def _solver_class(algorithm: Any, where: str) -> Any:
         raise ConfigError(where, algorithm, f"the solver file or class does not load ({exc})") from None
 
 
-def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> DatasetSpec:
+def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> tuple[DatasetSpec, int | None]:
+    """The dataset spec and its row count (None for a file that was not opened)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(where, raw, "must be {path: file.h5} or {generator: NAME, rows: N, features: N}")
     if "path" in raw:
@@ -254,14 +260,15 @@ def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> DatasetSpe
         path = raw["path"]
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{where}.path", path, "must be a file path")
+        rows = None
         if check_files:
             if not Path(path).is_file():
                 raise ConfigError(f"{where}.path", path, "the file does not exist")
             try:
-                check_file(path, solver)
+                rows = check_file(path, solver).rows
             except DataError as exc:
                 raise ConfigError(f"{where}.path", path, f"bad data file: {exc}") from None
-        return DatasetSpec(path=str(Path(path).resolve()))
+        return DatasetSpec(path=str(Path(path).resolve())), rows
     gen = raw.get("generator")
     if gen not in GENERATORS:
         raise ConfigError(
@@ -281,7 +288,7 @@ def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> DatasetSpe
             out[key] = _float(params[key], f"{where}.{key}", lo=0.0, open_lo=key in ("alpha", "density"))
             if key == "density" and out[key] > 1.0:
                 raise ConfigError(f"{where}.{key}", params[key], "must be a fraction in (0, 1]")
-    return DatasetSpec(generator=str(gen), params=out)
+    return DatasetSpec(generator=str(gen), params=out), out["rows"]
 
 
 def _stop(raw: Any, where: str) -> StopRule:

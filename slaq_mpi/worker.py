@@ -113,6 +113,7 @@ class Worker:
         joining = new_job is not None and new_job in plan.moved
         shard = None
         if joining:
+            self.job = new_job  # an error from here on names the job being placed
             # Read my rows before the collective split: ranks are ordered by world rank in
             # the new group, so my position is known now, and the read overlaps the wait.
             members = sorted(plan.ranks[new_job])

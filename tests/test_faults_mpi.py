@@ -187,3 +187,4 @@ def test_worker_error_outside_the_solver_ends_the_run_promptly(tmp_path: Path) -
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, out + err  # aborted on an error: fix, then --resume
     assert "error on rank" in err and "late.h5" in err, err[-3000:]
+    assert "job late)" in err, err[-3000:]  # the job being placed is named

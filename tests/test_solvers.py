@@ -251,3 +251,27 @@ def test_all_algorithms_config_covers_every_algorithm() -> None:
     spec = config.load(Path(__file__).resolve().parent.parent / "configs" / "all-algorithms.yaml")
     assert {job.algorithm for job in spec.jobs} == set(ALGORITHMS)
     assert spec.ranks == 8 and spec.policy == "fair"
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_every_numeric_hyperparameter_has_a_range_that_admits_its_default(algorithm: str) -> None:
+    cls = load_solver(algorithm)
+    for key, default in cls.defaults.items():
+        if isinstance(default, bool):
+            continue
+        assert key in cls.allowed, f"{algorithm}.{key} has no allowed values"
+        assert cls.allowed[key].admits(default), (algorithm, key, default)
+    assert cls.hyperparameter_problem(cls.defaults, rows=100) is None
+
+
+def test_a_solver_refuses_values_outside_its_range(blobs: np.ndarray, binary) -> None:
+    with pytest.raises(ValueError, match=r"k -4: must be >= 1"):
+        _run("kmeans", blobs, None, 1, k=-4)
+    with pytest.raises(ValueError, match=r"k 601: must be at most the dataset's 600 rows"):
+        _run("gmm", blobs, None, 1, k=601)
+    with pytest.raises(ValueError, match=r"momentum 1.0: must be in \[0, 1\)"):
+        _run("mlp", blobs, (blobs[:, 0] > 0).astype(float), 1, momentum=1.0)
+    with pytest.raises(ValueError, match=r"loss 'hinge': must be one of squared_hinge, smoothed_hinge"):
+        _run("svm", *binary, 1, loss="hinge")
+    with pytest.raises(ValueError, match=r"bins 300: must be in \[2, 256\]"):
+        _run("gbt", binary[0], binary[1], 1, bins=300)
