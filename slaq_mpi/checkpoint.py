@@ -90,7 +90,7 @@ def read(path: Path) -> Checkpoint:
             iteration = int(f.attrs["iteration"])
             last_loss = float(f.attrs["last_loss"])
             want = str(f.attrs["checksum"])
-    except (OSError, KeyError) as exc:
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
         raise ValueError(f"unreadable ({exc.__class__.__name__}: {exc})") from None
     if _checksum(state) != want:
         raise ValueError("checksum mismatch")

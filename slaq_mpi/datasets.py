@@ -57,6 +57,11 @@ class DatasetInfo:
     sparse: bool
 
 
+#: What h5py raises on a damaged file, depending on where the damage is (a wrong B-tree
+#: signature is a RuntimeError, a bad object header a KeyError, a mangled type a ValueError).
+H5_DAMAGE = (OSError, RuntimeError, KeyError, ValueError)
+
+
 # --- synthetic generators -------------------------------------------------------------
 
 def _sparse_rows(rng: np.random.Generator, n: int, d: int, density: float) -> sp.csr_matrix:
@@ -289,7 +294,9 @@ def inspect(path: str | Path) -> DatasetInfo:
             has_y = "y" in f
             if has_y and f["y"].shape != (rows,):
                 raise DataError(f"{path}: y has shape {f['y'].shape}; X has {rows} rows, want ({rows},)")
-    except OSError as exc:
+    except DataError:
+        raise
+    except H5_DAMAGE as exc:
         raise DataError(f"{path}: not a readable HDF5 file ({exc})") from None
     if rows < 1 or feats < 1:
         raise DataError(f"{path}: X has shape ({rows}, {feats}); need at least one row and column")
@@ -318,7 +325,9 @@ def check_file(path: str | Path, solver: Any) -> DatasetInfo:
                 _scan_dense(path, f["X"], info)
             if info.has_labels:
                 _scan_labels(path, f["y"], getattr(solver, "label_kind", None))
-    except OSError as exc:
+    except DataError:
+        raise
+    except H5_DAMAGE as exc:
         raise DataError(f"{path}: truncated or corrupt HDF5 file ({exc})") from None
     return info
 
@@ -331,7 +340,7 @@ def _numeric(path: str | Path, name: str, ds: h5py.Dataset) -> None:
 def _read(path: str | Path, name: str, ds: h5py.Dataset, lo: int, hi: int) -> np.ndarray:
     try:
         return np.asarray(ds[lo:hi])
-    except OSError as exc:
+    except H5_DAMAGE as exc:
         raise DataError(f"{path}: truncated or corrupt HDF5 file: reading {name} entries "
                         f"{lo}..{hi - 1} failed ({exc})") from None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,24 @@ def add_cli(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_convert)
 
 
+def _check_output(out: Path) -> None:
+    """Refuse an output path that can only fail, before anything is written."""
+    if out.is_dir():
+        raise ConfigError("out", str(out), "is a directory; give the HDF5 file to write, e.g. "
+                          f"{out / 'data.h5'}")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError:
+        raise ConfigError("out", str(out), f"cannot be created: {parent} is not a writable "
+                          "directory") from None
+
+
 def _cmd_make(args: argparse.Namespace) -> int:
+    _check_output(Path(args.out))
     make(args.kind, Path(args.out), args.rows, args.features, args.seed,
          **{k: getattr(args, k) for _, opts in GENERATORS.values() for k in opts
             if getattr(args, k, None) is not None})
@@ -65,6 +83,11 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     fmt = args.format or {".csv": "csv", ".npy": "npy"}.get(src.suffix.lower(), "libsvm")
     if not src.is_file():
         raise ConfigError("input", str(src), "it must be an existing file")
+    if args.labels and fmt != "npy":
+        raise ConfigError("--labels", args.labels, f"applies to .npy input only; {fmt} input "
+                          "carries its labels in a column (--label-column)" if fmt == "csv" else
+                          f"applies to .npy input only; {fmt} input carries its labels in each line")
+    _check_output(out)
     if fmt == "libsvm":
         convert_libsvm(src, out, zero_based=args.zero_based, features=args.features)
     elif fmt == "csv":
@@ -97,6 +120,10 @@ def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **option
                               f"not an option of {kind}; allowed: {', '.join(sorted(allowed)) or 'none'}")
         if val < 0 or (isinstance(val, float) and not math.isfinite(val)):
             raise ConfigError(f"data make --{key.replace('_', '-')}", val, "must be >= 0")
+        if key == "density" and not 0 < val <= 1:
+            raise ConfigError("data make --density", val, "must be a fraction in (0, 1]")
+        if key == "alpha" and not val > 0:
+            raise ConfigError("data make --alpha", val, "must be > 0")
     spec = DatasetSpec(generator=kind, params={"rows": rows, "features": features, "seed": seed,
                                                **options})
     generate(spec, out, seed)

@@ -28,7 +28,11 @@ def under_mpi() -> bool:
 def find_mpiexec(explicit: str | None) -> str:
     """The MPI launcher: ``--mpiexec``, else the one beside this Python, else PATH."""
     if explicit:
-        return explicit
+        found = shutil.which(explicit)
+        if found is None:
+            raise ConfigError("--mpiexec", explicit, "must be an executable MPI launcher (a path, "
+                              "or a command on PATH)")
+        return found
     here = Path(sys.executable).parent / "mpiexec"
     if here.exists():
         return str(here)
@@ -56,8 +60,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
     return spec, spec.output_dir, False
 
 
-def _relaunch(args: argparse.Namespace, spec: ExperimentSpec) -> int:
-    exe = find_mpiexec(args.mpiexec)
+def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str) -> int:
     cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {' '.join(cmd)}", flush=True)
@@ -95,8 +98,9 @@ def run_command(args: argparse.Namespace) -> int:
     started = time.time()
     if not under_mpi():
         spec, run_dir, _ = _spec_and_dir(args)
+        exe = find_mpiexec(args.mpiexec)
         rundir.check_free(run_dir)  # before any rank starts
-        return _relaunch(args, spec)
+        return _relaunch(args, spec, exe)
     from slaq_mpi import comm
 
     size, rank = comm.world_size(), comm.world_rank()

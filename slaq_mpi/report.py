@@ -156,7 +156,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                                    for k, r in rows.items()}}))
     if args.no_plots:
         return 0
-    out = Path(args.out) if args.out else Path(args.run_dirs[0])
+    first = Path(args.run_dirs[0])
+    out = Path(args.out) if args.out else (first if first.is_dir() else first.parent)
     try:
         from slaq_mpi.plots import write_plots
     except ImportError:

@@ -181,3 +181,62 @@ def test_a_run_directory_in_use_ends_every_rank(tmp_path: Path) -> None:
     line = _one_error_line(proc.stderr)
     assert "another slaq run is using it (pid 1 on elsewhere)" in line
     assert not (tmp_path / "runs" / "t").exists()
+
+
+def _refused(proc, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = _one_error_line(proc.stderr)
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+def test_report_and_sim_check_refuse_what_is_not_a_run(tmp_path: Path) -> None:
+    import h5py
+
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f.create_dataset("X", data=[[1.0]])
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "metrics.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)  # truncated
+    (tmp_path / "empty").mkdir()
+    _refused(run_slaq(["report", str(other)], cwd=tmp_path), "other.h5", "not a slaq metrics file")
+    _refused(run_slaq(["report", str(fake), "--no-plots"], cwd=tmp_path), "metrics.h5", "damaged")
+    _refused(run_slaq(["sim-check", str(tmp_path / "empty")], cwd=tmp_path), "empty/metrics.h5",
+             "no such file")
+    _refused(run_slaq(["sim-check", str(tmp_path / "missing")], cwd=tmp_path), "missing")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "fake", "other.h5"]
+
+
+def test_missing_curve_file_is_refused_by_validate(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "nope.npz"})))
+    for cmd in ("validate", "simulate"):
+        _refused(run_slaq([cmd, str(cfg)], cwd=tmp_path), "simulation.curve_file", "'nope.npz'",
+                 "does not exist")
+    (tmp_path / "bad.npz").write_text("not a zip")
+    cfg.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "bad.npz"})))
+    _refused(run_slaq(["simulate", str(cfg)], cwd=tmp_path), "bad.npz", "not a curve library")
+
+
+def test_run_refuses_a_missing_mpiexec(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(GOOD))
+    proc = run_slaq(["run", str(cfg), "--mpiexec", "/nonexistent/mpiexec"], cwd=tmp_path)
+    _refused(proc, "--mpiexec", "/nonexistent/mpiexec", "executable")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_data_commands_refuse_outputs_they_cannot_write(tmp_path: Path) -> None:
+    (tmp_path / "outdir").mkdir()
+    (tmp_path / "in.csv").write_text("a,b,y\n1,2,0\n3,4,1\n")
+    make = ["data", "make", "blobs", "--rows", "10", "--features", "2"]
+    _refused(run_slaq([*make[:3], "outdir", *make[3:]], cwd=tmp_path), "out", "'outdir'", "directory")
+    _refused(run_slaq([*make[:3], "in.csv/x.h5", *make[3:]], cwd=tmp_path), "cannot be created")
+    _refused(run_slaq(["data", "convert", "in.csv", "outdir"], cwd=tmp_path), "'outdir'", "directory")
+    _refused(run_slaq(["data", "convert", "in.csv", "o.h5", "--labels", "y.npy"], cwd=tmp_path),
+             "--labels", ".npy input only")
+    _refused(run_slaq(["data", "make", "documents", "d.h5", "--rows", "5", "--features", "9",
+                       "--alpha", "0"], cwd=tmp_path), "--alpha", "> 0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "outdir"]
+    assert not any((tmp_path / "outdir").iterdir())

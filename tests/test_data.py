@@ -131,6 +131,25 @@ def test_truncated_hdf5_is_refused(tmp_path: Path) -> None:
         check_file(garbage, load_solver("linreg"))
 
 
+def test_damage_anywhere_in_the_metadata_is_a_data_error(tmp_path: Path) -> None:
+    # h5py raises OSError, RuntimeError, KeyError or ValueError depending on what is hit
+    path = _dense(tmp_path, np.random.default_rng(1).standard_normal((2000, 8)), np.zeros(2000))
+    base = path.read_bytes()
+    rng = np.random.default_rng(0)
+    damaged = tmp_path / "damaged.h5"
+    refused = 0
+    for at in range(0, 4096, 8):
+        data = bytearray(base)
+        data[at : at + 8] = rng.integers(0, 256, 8, dtype=np.uint8).tobytes()
+        damaged.write_bytes(bytes(data))
+        try:
+            check_file(damaged, load_solver("linreg"))
+        except DataError as exc:
+            assert str(exc).startswith(f"{damaged}: "), exc
+            refused += 1
+    assert refused >= 30  # the header and object metadata live in the first 4 KiB
+
+
 def test_config_refuses_bad_file_naming_row(tmp_path: Path) -> None:
     from slaq_mpi import config
     from slaq_mpi.errors import ConfigError

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slaq_mpi.errors import DataError
+
 __all__ = ["DEFAULT_LIBRARY", "Curve", "CurveLibrary", "analytic_curve", "extend"]
 
 DEFAULT_LIBRARY = Path(__file__).with_name("curves.npz")
@@ -94,26 +96,33 @@ class CurveLibrary:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> CurveLibrary:
-        """Read a library (default: the packaged one; empty if it does not exist)."""
+        """Read a library (default: the packaged one; empty if it does not exist).
+
+        Raises:
+            DataError: a given ``path`` that does not exist or is not a curve library.
+        """
         p = Path(path) if path is not None else DEFAULT_LIBRARY
         if not p.exists():
             if path is not None:
-                raise FileNotFoundError(str(p))
+                raise DataError(f"{p}: no such curve library (write one with `slaq curves record`)")
             return cls([])
-        with np.load(p, allow_pickle=False) as z:
-            off = z["offsets"]
-            curves = [
-                Curve(
-                    name=str(z["names"][i]),
-                    algorithm=str(z["algorithms"][i]),
-                    convergence=str(z["convergence"][i]),
-                    losses=np.array(z["losses"][off[i] : off[i + 1]]),
-                    l_star=float(z["l_star"][i]),
-                    cost_per_cell=float(z["cost_per_cell"][i]),
-                    recipe=str(z["recipes"][i]),
-                )
-                for i in range(len(off) - 1)
-            ]
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                off = z["offsets"]
+                curves = [
+                    Curve(
+                        name=str(z["names"][i]),
+                        algorithm=str(z["algorithms"][i]),
+                        convergence=str(z["convergence"][i]),
+                        losses=np.array(z["losses"][off[i] : off[i + 1]]),
+                        l_star=float(z["l_star"][i]),
+                        cost_per_cell=float(z["cost_per_cell"][i]),
+                        recipe=str(z["recipes"][i]),
+                    )
+                    for i in range(len(off) - 1)
+                ]
+        except (OSError, KeyError, ValueError, IndexError) as exc:
+            raise DataError(f"{p}: not a curve library of `slaq curves record` ({exc})") from None
         return cls(curves)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from slaq_mpi.errors import DataError
 from slaq_mpi.evaluation import JobTrace, RunData
 
 __all__ = ["read_metrics", "write_metrics"]
@@ -80,52 +81,70 @@ def read_metrics(path: str | Path) -> RunData:
     """Read a metrics.h5 written by ``slaq run`` or ``slaq simulate``.
 
     ``path`` may be the file or a run directory holding ``metrics.h5``.
+
+    Raises:
+        DataError: no such file, not a metrics file (no ``/jobs`` and ``/epochs``), or a
+            truncated or damaged one; the message names the file.
     """
     p = Path(path)
     if p.is_dir():
         p = p / "metrics.h5"
-    with h5py.File(p, "r") as f:
-        a = f.attrs
-        jobs: dict[str, JobTrace] = {}
-        for name, g in f.get("jobs", {}).items():
-            ga = g.attrs
-            l_star = float(ga["l_star"]) if "l_star" in ga else None
-            jobs[name] = JobTrace(
-                name=name, algorithm=_text(ga.get("algorithm", "")),
-                arrival=float(ga.get("arrival", 0.0)),
-                loss=np.asarray(g["loss"][()], dtype=np.float64),
-                time=np.asarray(g["time"][()], dtype=np.float64),
-                cores=np.asarray(g["cores"][()], dtype=np.int32),
-                iter_seconds=np.asarray(g["iter_seconds"][()], dtype=np.float64),
-                start=float(ga.get("start", math.nan)), end=float(ga.get("end", math.nan)),
-                status=_text(ga.get("status", "")), reason=_text(ga.get("reason", "")),
-                convergence=_text(ga.get("convergence", "unknown")),
-                l_star=l_star if l_star is None or math.isfinite(l_star) else None,
-                max_cores=int(ga.get("max_cores", 0)),
-                attained_core_seconds=float(ga.get("attained_core_seconds", 0.0)),
-                throughput=np.asarray(g["throughput"][()], dtype=np.float64).reshape(-1, 2)
-                if "throughput" in g else None,
-                utility=json.loads(_text(ga["utility"])) if "utility" in ga else None,
-                scaling=tuple(float(x) for x in ga["scaling"]) if "scaling" in ga else None,
-            )
-        ep = f.get("epochs")
-        if ep is not None and "time" in ep:
-            etime = np.asarray(ep["time"][()], dtype=np.float64)
-            names = [_text(n) for n in ep["job_names"][()]] if "job_names" in ep else list(jobs)
-            alloc = np.asarray(ep["alloc"][()], dtype=np.int32).reshape(len(etime), len(names))
-            dec = np.asarray(ep["decision_ms"][()], dtype=np.float64) if "decision_ms" in ep else (
-                np.full(len(etime), np.nan))
-            pause = np.asarray(ep["pause_ms"][()], dtype=np.float64) if "pause_ms" in ep else (
-                np.full(len(etime), np.nan))
-            moved = np.asarray(ep["moved"][()]) if "moved" in ep else None
-        else:
-            etime, names = np.zeros(0), list(jobs)
-            alloc = np.zeros((0, len(names)), dtype=np.int32)
-            dec, pause, moved = np.zeros(0), np.zeros(0), None
-        return RunData(
-            name=_text(a.get("name", p.parent.name)), policy=_text(a.get("policy", "?")),
-            seed=int(a.get("seed", 0)), capacity=int(a.get("capacity", 0)),
-            epoch_seconds=float(a.get("epoch_seconds", 1.0)), mode=_text(a.get("mode", "run")),
-            config=_text(a.get("config", "")), jobs=jobs, job_names=names, epoch_time=etime,
-            alloc=alloc, decision_ms=dec, pause_ms=pause, moved=moved,
+    if not p.is_file():
+        raise DataError(f"{p}: no such file; a run directory holds the metrics.h5 of `slaq run` "
+                        "or `slaq simulate --out`")
+    try:
+        with h5py.File(p, "r") as f:
+            if not isinstance(f.get("jobs"), h5py.Group) or not isinstance(f.get("epochs"), h5py.Group):
+                raise DataError(f"{p}: not a slaq metrics file (it has no /jobs and /epochs groups)")
+            return _read(f, p)
+    except DataError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        raise DataError(f"{p}: truncated or damaged metrics file ({exc})") from None
+
+
+def _read(f: h5py.File, p: Path) -> RunData:
+    a = f.attrs
+    jobs: dict[str, JobTrace] = {}
+    for name, g in f.get("jobs", {}).items():
+        ga = g.attrs
+        l_star = float(ga["l_star"]) if "l_star" in ga else None
+        jobs[name] = JobTrace(
+            name=name, algorithm=_text(ga.get("algorithm", "")),
+            arrival=float(ga.get("arrival", 0.0)),
+            loss=np.asarray(g["loss"][()], dtype=np.float64),
+            time=np.asarray(g["time"][()], dtype=np.float64),
+            cores=np.asarray(g["cores"][()], dtype=np.int32),
+            iter_seconds=np.asarray(g["iter_seconds"][()], dtype=np.float64),
+            start=float(ga.get("start", math.nan)), end=float(ga.get("end", math.nan)),
+            status=_text(ga.get("status", "")), reason=_text(ga.get("reason", "")),
+            convergence=_text(ga.get("convergence", "unknown")),
+            l_star=l_star if l_star is None or math.isfinite(l_star) else None,
+            max_cores=int(ga.get("max_cores", 0)),
+            attained_core_seconds=float(ga.get("attained_core_seconds", 0.0)),
+            throughput=np.asarray(g["throughput"][()], dtype=np.float64).reshape(-1, 2)
+            if "throughput" in g else None,
+            utility=json.loads(_text(ga["utility"])) if "utility" in ga else None,
+            scaling=tuple(float(x) for x in ga["scaling"]) if "scaling" in ga else None,
         )
+    ep = f.get("epochs")
+    if ep is not None and "time" in ep:
+        etime = np.asarray(ep["time"][()], dtype=np.float64)
+        names = [_text(n) for n in ep["job_names"][()]] if "job_names" in ep else list(jobs)
+        alloc = np.asarray(ep["alloc"][()], dtype=np.int32).reshape(len(etime), len(names))
+        dec = np.asarray(ep["decision_ms"][()], dtype=np.float64) if "decision_ms" in ep else (
+            np.full(len(etime), np.nan))
+        pause = np.asarray(ep["pause_ms"][()], dtype=np.float64) if "pause_ms" in ep else (
+            np.full(len(etime), np.nan))
+        moved = np.asarray(ep["moved"][()]) if "moved" in ep else None
+    else:
+        etime, names = np.zeros(0), list(jobs)
+        alloc = np.zeros((0, len(names)), dtype=np.int32)
+        dec, pause, moved = np.zeros(0), np.zeros(0), None
+    return RunData(
+        name=_text(a.get("name", p.parent.name)), policy=_text(a.get("policy", "?")),
+        seed=int(a.get("seed", 0)), capacity=int(a.get("capacity", 0)),
+        epoch_seconds=float(a.get("epoch_seconds", 1.0)), mode=_text(a.get("mode", "run")),
+        config=_text(a.get("config", "")), jobs=jobs, job_names=names, epoch_time=etime,
+        alloc=alloc, decision_ms=dec, pause_ms=pause, moved=moved,
+    )

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slaq_mpi.errors import ConfigError
@@ -143,6 +144,9 @@ def parse_settings(spec: Any) -> SimSettings:
     curve_file = raw.get("curve_file")
     if curve_file is not None and (not isinstance(curve_file, str) or not curve_file):
         raise ConfigError(f"{w}.curve_file", curve_file, "must be a path to a .npz curve library")
+    if curve_file is not None and not Path(curve_file).is_file():
+        raise ConfigError(f"{w}.curve_file", curve_file, "the file does not exist (write one with "
+                          "`slaq curves record --out FILE`)")
     workload = None
     if raw.get("workload") is not None:
         workload = _workload(raw["workload"], spec)
