@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -188,6 +188,42 @@ def _job_end(job: JobTrace) -> float:
     return float(job.time[-1]) if len(job.time) else job.arrival
 
 
+def observed_end(run: RunData) -> float:
+    """When the run stopped observing its jobs: the end of its last epoch, or the last job end
+    or iteration if later (NaN for a run with neither)."""
+    ends = [_job_end(j) for j in run.jobs.values() if len(j.time) or math.isfinite(j.end)]
+    if len(run.epoch_time):
+        ends.append(float(run.epoch_time[-1]) + run.epoch_seconds)
+    return max(ends) if ends else math.nan
+
+
+def observed(run: RunData) -> RunData:
+    """``run`` without the jobs that had not arrived when it stopped observing.
+
+    A run cut short (``slaq simulate --max-epochs``, a time limit, a STOP) still lists the
+    jobs that were due later; they were never part of it and are left out of its metrics.
+    """
+    end = observed_end(run)
+    if not math.isfinite(end):
+        return run
+    keep = [n for n in run.job_names
+            if run.jobs[n].arrival < end or len(run.jobs[n].loss) or math.isfinite(run.jobs[n].end)]
+    if len(keep) == len(run.job_names):
+        return run
+    cols = [run.job_names.index(n) for n in keep]
+    return replace(run, jobs={n: run.jobs[n] for n in keep}, job_names=keep,
+                               alloc=np.asarray(run.alloc)[:, cols])
+
+
+def _span(run: RunData) -> tuple[float, float]:
+    """First arrival, and the last job end; for a run with unfinished jobs, when it stopped."""
+    lo = min(j.arrival for j in run.jobs.values())
+    if all(math.isfinite(j.end) for j in run.jobs.values()):
+        return lo, max(j.end for j in run.jobs.values())
+    end = observed_end(run)
+    return lo, max(end, max(_job_end(j) for j in run.jobs.values()))
+
+
 def completion_times(run: RunData) -> np.ndarray:
     """Seconds from arrival to end of every job that finished (``status == "done"``).
 
@@ -198,11 +234,11 @@ def completion_times(run: RunData) -> np.ndarray:
 
 
 def makespan(run: RunData) -> float:
-    """Seconds from the first arrival to the last job end (or last iteration if unfinished)."""
+    """Seconds from the first arrival to the last job end (to when the run stopped, if a job
+    was unfinished)."""
     if not run.jobs:
         return 0.0
-    first = min(j.arrival for j in run.jobs.values())
-    last = max(_job_end(j) for j in run.jobs.values())
+    first, last = _span(run)
     return max(0.0, last - first)
 
 
@@ -216,9 +252,7 @@ def evaluation_grid(run: RunData, dt: float | None = None,
     if window is None:
         if not run.jobs:
             return np.zeros(0)
-        lo = min(j.arrival for j in run.jobs.values())
-        hi = max(_job_end(j) for j in run.jobs.values())
-        window = (lo, hi)
+        window = _span(run)
     step = _grid_step(run, dt)
     lo, hi = window
     if hi <= lo:
@@ -520,6 +554,7 @@ def summarize(run: RunData, l_star: Mapping[str, float],
               metrics: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
     """Every metric of ``metrics`` (default :data:`SUMMARY_METRICS`) for one run."""
     table = SUMMARY_METRICS if metrics is None else metrics
+    run = observed(run)
     out = {name: float(fn(run, l_star)) for name, fn in table.items()}
     out.update(run.extra)
     return out
@@ -531,8 +566,7 @@ def comparison_window(runs: Iterable[RunData]) -> tuple[float, float] | None:
     From the first arrival in any run until the earliest of the runs' last job ends: the span
     over which every run still has active jobs.
     """
-    spans = [(min(j.arrival for j in r.jobs.values()), max(_job_end(j) for j in r.jobs.values()))
-             for r in runs if r.jobs]
+    spans = [_span(observed(r)) for r in runs if r.jobs]
     if not spans:
         return None
     lo = min(s[0] for s in spans)

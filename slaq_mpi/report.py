@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import RunData, common_l_star, summarize_runs
+from slaq_mpi.evaluation import RunData, common_l_star, observed, summarize_runs
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
            "load_runs", "window_line"]
@@ -112,7 +112,7 @@ def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
 
     runs: dict[str, RunData] = {}
     for path in find_runs(paths):
-        run = read_metrics(path)
+        run = observed(read_metrics(path))
         label = run.policy
         if label in runs:
             label = f"{run.policy} ({run.mode}, {path.parent.name})"

@@ -246,3 +246,34 @@ def test_a_converged_job_kept_active_lowers_the_average_but_not_the_job_seconds(
     assert mean_active_jobs(long_, stars, window=window) > mean_active_jobs(short, stars, window=window)
     rows, _ = summarize_runs({"short": short, "long": long_}, stars, window=window)
     assert rows["long"]["normalized_loss_job_s"] == pytest.approx(rows["short"]["normalized_loss_job_s"])
+
+
+def test_a_run_cut_short_is_judged_on_what_it_observed() -> None:
+    # epochs at 0..8 s of 2 s: the run stopped observing at 10 s (--max-epochs, a time limit or
+    # STOP). "c" had not arrived by then: it is not part of this run. "b" is unfinished: active
+    # until the cut, not only until its last iteration.
+    a = job("a", 0.0, [4.0, 2.0, 1.0], [2.0, 4.0, 6.0], end=6.0, l_star=0.0)
+    b = job("b", 0.0, [8.0, 4.0], [3.0, 7.0], l_star=0.0)
+    c = job("c", 50.0, [], [], l_star=0.0)
+    run = run_of([a, b, c], epoch_time=[0.0, 2.0, 4.0, 6.0, 8.0],
+                 alloc=[[1, 1, 0]] * 5)
+    row = summarize(run, common_l_star([run]))
+    assert row["makespan"] == pytest.approx(10.0)
+    assert row["jobs"] == 2.0
+    assert row["mean_active_jobs"] == pytest.approx((6.0 * 2 + 4.0 * 1) / 10.0)
+    # the average over active jobs: a is 1 until its 2nd loss at 4 s, then .5 to its end at 6 s;
+    # b is 1 until 7 s, then .5 until the cut
+    grid = np.arange(0.0, 10.0, 0.5)
+    na = np.where(grid < 4, 1.0, 0.5)
+    nb = np.where(grid < 7, 1.0, 0.5)
+    want = np.mean(np.where(grid < 6, (na + nb) / 2, nb))
+    assert row["avg_normalized_loss"] == pytest.approx(want)
+    rows, window = summarize_runs({"x": run, "y": run})
+    assert window == pytest.approx((0.0, 10.0))
+    assert rows["x"]["jobs"] == 2.0
+
+
+def test_a_finished_run_keeps_its_last_job_end_as_makespan() -> None:
+    a = job("a", 0.0, [4.0, 2.0], [2.0, 5.0], end=5.0, l_star=0.0)
+    run = run_of([a], epoch_time=[0.0, 2.0, 4.0], alloc=[[1]] * 3)  # last epoch ends at 6 s
+    assert makespan(run) == pytest.approx(5.0)

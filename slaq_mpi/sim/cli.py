@@ -20,6 +20,26 @@ JSON_KEYS: tuple[str, ...] = (
 )
 
 
+def _positive_int(text: str) -> int:
+    try:
+        val = int(text)
+    except ValueError:
+        val = 0
+    if val < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; must be an integer >= 1")
+    return val
+
+
+def _fraction(text: str) -> float:
+    try:
+        val = float(text)
+    except ValueError:
+        val = math.nan
+    if not 0.0 <= val <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; must be a fraction in [0, 1]")
+    return val
+
+
 def _progress(args: argparse.Namespace) -> Any:
     stream = sys.stderr if args.json else sys.stdout
 
@@ -96,7 +116,8 @@ def add_cli(subparsers: Any) -> None:
                    help="policy to simulate (repeatable; default: simulation.policies)")
     p.add_argument("--out", metavar="DIR", help="write DIR/<policy>/metrics.h5")
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
-    p.add_argument("--max-epochs", type=int, default=None, help="stop after this many epochs")
+    p.add_argument("--max-epochs", type=_positive_int, default=None,
+                   help="stop after this many epochs; jobs due later are left out of the table")
     p.set_defaults(func=cmd_simulate)
     p = subparsers.add_parser("curves", help="the simulator's loss-curve library")
     csub = p.add_subparsers(dest="curves_command", required=True, metavar="ACTION")
@@ -109,7 +130,7 @@ def add_cli(subparsers: Any) -> None:
     r.set_defaults(func=cmd_curves_record)
     p = subparsers.add_parser("sim-check", help="compare a real run with its calibrated simulation")
     p.add_argument("run_dir", help="a real run directory holding metrics.h5")
-    p.add_argument("--threshold", type=float, default=0.15,
+    p.add_argument("--threshold", type=_fraction, default=0.15,
                    help="allowed mean core-share difference, a fraction of the cores; above it "
                         "the exit status is 1 (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", help="write the simulation's metrics.h5 here")
