@@ -85,9 +85,8 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str) -> int:
 
 def _fresh_run_dir(spec: ExperimentSpec) -> None:
     run_dir = spec.output_dir
-    if run_dir.exists() and any(run_dir.iterdir()):
-        aside = run_dir.with_name(f"{run_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
-        run_dir.rename(aside)
+    aside = rundir.move_aside(run_dir)
+    if aside is not None:
         print(f"slaq: moved the previous run in {run_dir} to {aside}", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(spec.source)

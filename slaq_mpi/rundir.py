@@ -17,7 +17,7 @@ from typing import IO
 
 from slaq_mpi.errors import ConfigError
 
-__all__ = ["STOP_FILE", "check_free", "clear_stale_stop", "hold", "lock_path"]
+__all__ = ["STOP_FILE", "check_free", "clear_stale_stop", "hold", "lock_path", "move_aside"]
 
 STOP_FILE = "STOP"  # created in the run directory to ask a running coordinator to stop
 
@@ -78,3 +78,24 @@ def clear_stale_stop(run_dir: str | Path, started: float) -> bool:
     except FileNotFoundError:
         pass
     return False
+
+
+def move_aside(run_dir: str | Path) -> Path | None:
+    """Rename a non-empty ``run_dir`` to ``<name>.<YYYYmmdd-HHMMSS>`` (``-2``, ``-3``... if
+    taken) so a fresh run never mixes with or overwrites an earlier one; returns the new name,
+    or None if there was nothing to move.
+
+    Raises:
+        ConfigError: ``run_dir`` exists and is not a directory.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("run directory", str(run_dir), "is a file; give a directory")
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside, n = run_dir.with_name(f"{run_dir.name}.{stamp}"), 2
+    while aside.exists():
+        aside, n = run_dir.with_name(f"{run_dir.name}.{stamp}-{n}"), n + 1
+    run_dir.rename(aside)
+    return aside

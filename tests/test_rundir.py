@@ -107,3 +107,22 @@ def test_slaq_submit_refuses_a_held_run_directory(held: Path, tmp_path: Path,
     assert cli.main(["submit", str(_config(tmp_path))]) == 2
     assert calls == []  # nothing submitted
     assert "another slaq run is using it" in capsys.readouterr().err
+
+
+def test_move_aside_never_overwrites(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert rundir.move_aside(run) is None  # nothing there
+    run.mkdir()
+    assert rundir.move_aside(run) is None  # empty: nothing to keep
+    names = []
+    for i in range(3):  # within one second the stamp repeats; each keeps its own name
+        run.mkdir(exist_ok=True)
+        (run / "f").write_text(str(i))
+        aside = rundir.move_aside(run)
+        assert aside is not None and not run.exists()
+        names.append(aside)
+    assert len(set(names)) == 3
+    assert sorted((p / "f").read_text() for p in names) == ["0", "1", "2"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        rundir.move_aside(tmp_path / "file")

@@ -168,3 +168,33 @@ def test_share_difference_counts_a_simulation_that_ended_early() -> None:
     assert share_difference(real, run([0.0, 1.0, 2.0, 3.0], end=4.0)) == 0.0
     # the simulated job ended at 2 s: it holds no cores at the real epochs starting at 2 and 3 s
     assert share_difference(real, run([0.0, 1.0], end=2.0)) == 0.25
+
+
+def test_simulate_out_moves_an_earlier_simulation_aside(config_file: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    args = parse(["simulate", str(config_file), "--policy", "fifo", "--out", str(out)])
+    assert args.func(args) == 0
+    first = (out / "fifo" / "metrics.h5").read_bytes()
+    args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(out)])
+    assert args.func(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["fair"]  # no stale fifo run beside it
+    asides = [p for p in tmp_path.iterdir() if p.name.startswith("o.")]
+    assert len(asides) == 1 and (asides[0] / "fifo" / "metrics.h5").read_bytes() == first
+    assert f"moved the previous contents of {out} to {asides[0]}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--max-epochs", "0"], ["--max-epochs", "-3"]])
+def test_simulate_refuses_a_non_positive_epoch_limit(config_file: Path, argv: list[str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse(["simulate", str(config_file), *argv])
+    assert exc.value.code == 2
+    assert "--max-epochs" in capsys.readouterr().err
+
+
+def test_sim_check_refuses_a_threshold_outside_zero_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse(["sim-check", "somewhere", "--threshold", "-1"])
+    assert exc.value.code == 2
+    assert "fraction in [0, 1]" in capsys.readouterr().err

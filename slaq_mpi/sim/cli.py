@@ -55,7 +55,7 @@ def _num(v: float) -> float | None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
-    from slaq_mpi import config
+    from slaq_mpi import config, rundir
     from slaq_mpi.evaluation import summarize_runs
     from slaq_mpi.report import format_table, window_line
     from slaq_mpi.sim.run import run_policies
@@ -66,6 +66,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_policy_name(name, "--policy")
     out = Path(args.out) if args.out else None
     say = _progress(args)
+    if out is not None:
+        aside = rundir.move_aside(out)  # never mix with, or overwrite, an earlier simulation
+        if aside is not None:
+            say(f"moved the previous contents of {out} to {aside}")
     runs = run_policies(spec, args.policy or None, out=out, progress=say, max_epochs=args.max_epochs)
     rows, window = summarize_runs(runs)
     say(window_line(window))
