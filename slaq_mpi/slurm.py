@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import shlex
 import subprocess
@@ -214,7 +215,7 @@ def _word(val: Any, key: str, lists: bool = False) -> str:
 def _path(val: Any, key: str) -> str:
     if not isinstance(val, str) or not val or any(c.isspace() for c in val):
         raise ConfigError(f"slurm.{key}", val, "must be a non-empty path without spaces or newlines")
-    return val
+    return os.path.expanduser(val)  # ~ is the submitter's home: Slurm and quoting would not expand it
 
 
 def _ntasks(raw: Mapping[str, Any], ranks: int) -> int:
@@ -502,11 +503,17 @@ def run_cmd(argv: Sequence[str], *, input: str | None = None, cwd: str | Path | 
 
 
 def submit(script: str, *, cwd: str | Path | None = None, sbatch_args: Sequence[str] = ()) -> str:
-    """Submit ``script`` (text, given to sbatch on standard input) and return the job id."""
-    proc = run_cmd(["sbatch", "--parsable", *sbatch_args], input=script, cwd=cwd)
-    if proc.returncode != 0:
-        why = " ".join((proc.stderr or proc.stdout).split()) or f"exit status {proc.returncode}"
-        raise SlurmError(f"sbatch refused the job: {why}")
+    """Submit ``script`` (text, given to sbatch on standard input) and return the job id.
+
+    ``sbatch --test-only`` first: Slurm accepts a request no partition can ever satisfy (more
+    tasks than its nodes have cores, more nodes than it has) and leaves it pending for good;
+    the test refuses it at once.
+    """
+    for argv in (["sbatch", "--test-only", *sbatch_args], ["sbatch", "--parsable", *sbatch_args]):
+        proc = run_cmd(argv, input=script, cwd=cwd)
+        if proc.returncode != 0:
+            why = " ".join((proc.stderr or proc.stdout).split()) or f"exit status {proc.returncode}"
+            raise SlurmError(f"sbatch refused the job: {why}")
     first = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     job_id = first.split(";", 1)[0].strip()
     if not job_id.isdigit():

@@ -246,3 +246,18 @@ def test_scancel_ends_the_job_for_good_and_a_second_run_is_refused(tmp_path: Pat
         assert "requeueing" not in log
     finally:
         job.cancel()
+
+
+def test_an_impossible_request_is_refused_not_left_pending(tmp_path: Path) -> None:
+    cpus = sum(int(n) for n in slurm.run_cmd(["sinfo", "-h", "-o", "%c"]).stdout.split())
+    queued = slurm.run_cmd(["squeue", "-h", "-o", "%i"]).stdout.split()
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["output_dir"] = str(tmp_path / "run")
+    raw["slurm"] = {"python": sys.executable, "ntasks": cpus + 8}  # more than the cluster has
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = run_slaq(["submit", str(cfg)], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slaq: error: sbatch refused the job"), proc.stderr
+    assert slurm.run_cmd(["squeue", "-h", "-o", "%i"]).stdout.split() == queued  # nothing queued

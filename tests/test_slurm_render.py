@@ -243,10 +243,9 @@ def test_submit_goes_through_run_cmd(monkeypatch: pytest.MonkeyPatch, no_subproc
     monkeypatch.chdir(tmp_path)
     cfg = _write_config(tmp_path, slurm={"time": "00:10:00", "account": "lab"})
     assert cli.main(["submit", str(cfg)]) == 0
-    assert len(fake.calls) == 1
-    argv, script = fake.calls[0]
-    assert argv == ["sbatch", "--parsable"]
-    assert script is not None
+    assert [argv for argv, _ in fake.calls] == [["sbatch", "--test-only"], ["sbatch", "--parsable"]]
+    script = fake.calls[1][1]
+    assert script is not None and fake.calls[0][1] == script  # the request is tested first
     assert "#SBATCH --account=lab" in script and "#SBATCH --ntasks=4" in script
     assert f"CONFIG={cfg}" in script and f"RUN_DIR={tmp_path / 'runs' / 'tiny'}" in script
     out = capsys.readouterr().out
@@ -306,6 +305,16 @@ def test_submit_parses_the_job_id(monkeypatch: pytest.MonkeyPatch, no_subprocess
                                   answer: str, job_id: str) -> None:
     monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"sbatch": (0, answer, "")}))
     assert slurm.submit("#!/bin/bash\n") == job_id
+
+
+def test_a_request_slurm_can_never_satisfy_is_not_submitted(monkeypatch: pytest.MonkeyPatch,
+                                                            no_subprocess: None) -> None:
+    fake = FakeSlurm({"sbatch": (1, "", "allocation failure: Requested node configuration is "
+                                        "not available")})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
+    with pytest.raises(SlurmError, match="sbatch refused the job: allocation failure: Requested node"):
+        slurm.submit("#!/bin/bash\n")
+    assert [argv for argv, _ in fake.calls] == [["sbatch", "--test-only"]]  # never queued
 
 
 def test_submit_rejects_a_non_id(monkeypatch: pytest.MonkeyPatch, no_subprocess: None) -> None:
@@ -476,3 +485,13 @@ def test_signal_to_the_batch_shell_stops_gracefully_and_requeues(fake_cluster: d
     assert f"got SIG{sig.name[3:]}: asking for a graceful stop" in out
     assert _lines(fake_cluster["logs"] / "scontrol") == ["requeue 31"]
     assert not (fake_cluster["run_dir"] / "STOP").exists()
+
+
+def test_a_home_relative_path_is_expanded_for_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/ada")
+    s = settings_from_mapping({"chdir": "~/exp", "output": "~/logs/%j.out", "python": "~/venv/bin/python"},
+                              ranks=4, epoch_seconds=1.0, name="x")
+    assert (s.chdir, s.output, s.python) == (
+        "/home/ada/exp", "/home/ada/logs/%j.out", "/home/ada/venv/bin/python")
+    text = render_sbatch(s)
+    assert "#SBATCH --chdir=/home/ada/exp" in text and "~" not in text.split("\n\n")[0]
