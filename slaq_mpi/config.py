@@ -80,6 +80,21 @@ class ExperimentSpec:
     source: str = ""
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
 def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     """Read and validate the experiment YAML at ``path``."""
     p = Path(path)
@@ -90,7 +105,7 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     except UnicodeDecodeError:
         raise ConfigError("config file", str(p), "it must be a YAML text file (UTF-8)") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)

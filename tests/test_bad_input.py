@@ -112,6 +112,17 @@ def test_malformed_yaml(tmp_path: Path) -> None:
     assert "c.yaml:" in line and "YAML" in line
 
 
+def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    text = yaml.safe_dump(GOOD, sort_keys=False)
+    cfg.write_text(text.replace("ranks: 4\n", "ranks: 4\nranks: 2\n"))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc.stderr)
+    row = text.splitlines().index("ranks: 4") + 1
+    assert f"c.yaml:{row + 1}:" in line and f"duplicate key 'ranks' (first at line {row})" in line
+
+
 def test_binary_config_file(tmp_path: Path) -> None:
     data = tmp_path / "data.h5"
     data.write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe" * 8)
