@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,16 @@ def window_line(window: tuple[float, float] | None, chosen: bool = False) -> str
     return f"average normalized loss over {how}: {window[0]:g}-{window[1]:g} s"
 
 
+def plots_dir(run_dirs: Sequence[str | Path]) -> Path:
+    """Where ``slaq report`` writes its PNGs without ``--out``: the one RUN_DIR given (the
+    directory of a metrics.h5 given as a file), or the deepest directory holding all of them
+    (``runs/paper`` for ``runs/paper/*``)."""
+    dirs = [Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent for p in run_dirs]
+    if len(set(dirs)) == 1:
+        return dirs[0]
+    return Path(os.path.commonpath(dirs))
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the table and write the PNG figures."""
     runs = load_runs(args.run_dirs)
@@ -156,8 +167,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                                    for k, r in rows.items()}}))
     if args.no_plots:
         return 0
-    first = Path(args.run_dirs[0])
-    out = Path(args.out) if args.out else (first if first.is_dir() else first.parent)
+    out = Path(args.out) if args.out else plots_dir(args.run_dirs)
     try:
         from slaq_mpi.plots import write_plots
     except ImportError:
@@ -175,7 +185,9 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="a run directory holding metrics.h5, or one whose subdirectories do "
                         "(slaq simulate --out DIR)")
-    p.add_argument("--out", metavar="DIR", help="where to write the PNGs (default: first RUN_DIR)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where to write the PNGs (default: the RUN_DIR, or the directory "
+                        "holding all of them)")
     p.add_argument("--no-plots", action="store_true", help="print the table only")
     p.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
     p.add_argument("--window", metavar="START:END",

@@ -122,6 +122,18 @@ def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path) -> None:
         "avg_normalized_loss.png", "core_share.png", "fairness.png", "time_to_reduction.png"]
 
 
+def test_plots_go_where_the_runs_are(tmp_path: Path) -> None:
+    from slaq_mpi.report import plots_dir
+
+    for name in ("paper/slaq", "paper/fair", "other/slaq"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "metrics.h5").touch()
+    assert plots_dir([tmp_path / "paper" / "slaq"]) == tmp_path / "paper" / "slaq"
+    assert plots_dir([tmp_path / "paper" / "slaq" / "metrics.h5"]) == tmp_path / "paper" / "slaq"
+    assert plots_dir([tmp_path / "paper" / "slaq", tmp_path / "paper" / "fair"]) == tmp_path / "paper"
+    assert plots_dir([tmp_path / "paper" / "fair", tmp_path / "other" / "slaq"]) == tmp_path
+
+
 def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = parse(["report", str(sim_dir), "--no-plots", "--json", "--window", "0:4"])
     assert args.func(args) == 0
