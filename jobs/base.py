@@ -16,6 +16,7 @@ Protocol (see ``docs/solvers.md`` for a worked example):
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ class Allowed:
         """Whether ``value`` is allowed."""
         if self.choices:
             return value in self.choices
+        if not math.isfinite(value):
+            return False
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
             return False
         return self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)

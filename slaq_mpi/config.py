@@ -225,11 +225,11 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
         if not ok:
             raise ConfigError(f"{where}.hyperparameters.{key}", val, f"must be of type {want.__name__}")
     dataset, rows = _dataset(_req(job, "dataset", where), f"{where}.dataset", check_files, solver)
-    problem = getattr(solver, "hyperparameter_problem", None)
-    found = problem({**solver.defaults, **hyper}, rows) if problem is not None else None
+    problem = getattr(solver, "hyperparameter_problem", None)  # a user solver may lack it
+    params = {**solver.defaults, **hyper}
+    found = problem(params, rows) if problem is not None else None
     if found is not None:
-        key, allowed = found
-        raise ConfigError(f"{where}.hyperparameters.{key}", {**solver.defaults, **hyper}[key], allowed)
+        raise ConfigError(f"{where}.hyperparameters.{found[0]}", params[found[0]], found[1])
     stop = _stop(job.get("stop", {}) or {}, f"{where}.stop")
     max_cores = job.get("max_cores")
     if max_cores is not None:

@@ -71,6 +71,8 @@ CASES = {
                                 ["jobs[1].hyperparameters.k", "101", "at most the dataset's 100 rows"]),
     "zero learning rate": (_with(["jobs", 0, "hyperparameters"], {"learning_rate": 0.0}),
                            ["jobs[0].hyperparameters.learning_rate", "0.0", "> 0"]),
+    "nan learning rate": (_with(["jobs", 0, "hyperparameters"], {"learning_rate": float("nan")}),
+                          ["jobs[0].hyperparameters.learning_rate", "nan", "> 0"]),
     "negative l2": (_with(["jobs", 0, "hyperparameters"], {"l2": -1e-3}),
                     ["jobs[0].hyperparameters.l2", "-0.001", ">= 0"]),
     "svm loss not a choice": (_with(["jobs", 0], {"name": "a", "algorithm": "svm",
