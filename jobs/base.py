@@ -96,7 +96,7 @@ class Allowed:
         """Whether ``value`` is allowed."""
         if self.choices:
             return value in self.choices
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             return False
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
             return False
@@ -105,6 +105,8 @@ class Allowed:
     def __str__(self) -> str:
         if self.choices:
             return "one of " + ", ".join(self.choices)
+        if self.lo is None and self.hi is None:
+            return "a finite number"
         if self.hi is None:
             return f"{'>' if self.lo_open else '>='} {self.lo:g}"
         if self.lo is None:

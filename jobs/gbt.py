@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jobs._common import dense
-from jobs.base import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Allowed, GroupComm, Shard, Solver
+from jobs.base import NON_NEGATIVE, POSITIVE, Allowed, GroupComm, Shard, Solver
 
 _BLOCK = 32768
 
@@ -33,7 +33,7 @@ class GradientBoostedTrees(Solver):
         "max_depth": 4, "learning_rate": 0.3, "bins": 32, "l2": 1.0, "min_child_weight": 1.0,
     }
     allowed: ClassVar[dict[str, Allowed]] = {
-        "max_depth": AT_LEAST_ONE, "learning_rate": POSITIVE, "bins": Allowed(lo=2, hi=256),
+        "max_depth": Allowed(lo=1, hi=16), "learning_rate": POSITIVE, "bins": Allowed(lo=2, hi=256),
         "l2": NON_NEGATIVE, "min_child_weight": NON_NEGATIVE,
     }
     label_kind: ClassVar[str] = "real"

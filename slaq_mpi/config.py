@@ -7,9 +7,8 @@ allowed. ``docs/config.md`` documents every key.
 from __future__ import annotations
 
 import math
-import os
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,8 +84,12 @@ class _Loader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Mark] = {}
-        for key_node, _ in node.value:
+        for key_node, _ in node.value:  # before merge keys (<<: *anchor) are flattened in
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a key written here may override a merged one
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # PyYAML reports it
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first at line {seen[key].line + 1})",
@@ -171,20 +174,10 @@ def _output_dir(val: Any, check_files: bool) -> Path:
     if not isinstance(val, str) or not val.strip():
         raise ConfigError("output_dir", val, "must be a non-empty path string")
     path = Path(val)
-    if not check_files:
-        return path
-    where = path.resolve()
-    cwd = Path.cwd().resolve()
-    if where == cwd or where in cwd.parents:
-        raise ConfigError("output_dir", val, "must be a directory of its own, not the current "
-                          "directory or one above it (an earlier run in it is moved aside)")
-    if where.exists() and not where.is_dir():
-        raise ConfigError("output_dir", val, "exists and is not a directory")
-    base = where
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        raise ConfigError("output_dir", val, f"cannot be created: {base} is not a writable directory")
+    if check_files:
+        from slaq_mpi.rundir import check_own_dir
+
+        check_own_dir(path, "output_dir")
     return path
 
 
@@ -229,7 +222,9 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
     params = {**solver.defaults, **hyper}
     found = problem(params, rows) if problem is not None else None
     if found is not None:
-        raise ConfigError(f"{where}.hyperparameters.{found[0]}", params[found[0]], found[1])
+        key, allowed = found
+        raise ConfigError(f"{where}.hyperparameters.{key}", params[key],
+                          allowed + ("" if key in hyper else " (this is the default; set it)"))
     stop = _stop(job.get("stop", {}) or {}, f"{where}.stop")
     max_cores = job.get("max_cores")
     if max_cores is not None:

@@ -64,6 +64,8 @@ __all__ = [
     "normalized_loss",
     "normalized_loss_job_seconds",
     "normalized_loss_at",
+    "observed",
+    "observed_end",
     "power_mean",
     "reduction_times",
     "rhos",
@@ -220,8 +222,9 @@ def _span(run: RunData) -> tuple[float, float]:
     lo = min(j.arrival for j in run.jobs.values())
     if all(math.isfinite(j.end) for j in run.jobs.values()):
         return lo, max(j.end for j in run.jobs.values())
+    last = max(_job_end(j) for j in run.jobs.values())
     end = observed_end(run)
-    return lo, max(end, max(_job_end(j) for j in run.jobs.values()))
+    return lo, last if math.isnan(end) else max(end, last)
 
 
 def completion_times(run: RunData) -> np.ndarray:

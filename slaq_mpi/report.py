@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from slaq_mpi.errors import ConfigError
 from slaq_mpi.evaluation import RunData, common_l_star, observed, summarize_runs
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
-           "load_runs", "window_line"]
+           "load_runs", "plots_dir", "window_line"]
 
 #: Table columns: (summary key, header, format). Other modules append columns here.
 COLUMNS: list[tuple[str, str, str]] = [
@@ -147,12 +146,13 @@ def window_line(window: tuple[float, float] | None, chosen: bool = False) -> str
 
 def plots_dir(run_dirs: Sequence[str | Path]) -> Path:
     """Where ``slaq report`` writes its PNGs without ``--out``: the one RUN_DIR given (the
-    directory of a metrics.h5 given as a file), or the deepest directory holding all of them
-    (``runs/paper`` for ``runs/paper/*``)."""
+    directory of a metrics.h5 given as a file); for several, the directory they all sit in
+    (``runs/paper`` for ``runs/paper/*``), else the first one."""
     dirs = [Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent for p in run_dirs]
-    if len(set(dirs)) == 1:
-        return dirs[0]
-    return Path(os.path.commonpath(dirs))
+    parents = {d.parent for d in dirs}
+    if len(set(dirs)) > 1 and len(parents) == 1:
+        return parents.pop()
+    return dirs[0]
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -186,8 +186,8 @@ def add_cli(subparsers: Any) -> None:
                    help="a run directory holding metrics.h5, or one whose subdirectories do "
                         "(slaq simulate --out DIR)")
     p.add_argument("--out", metavar="DIR",
-                   help="where to write the PNGs (default: the RUN_DIR, or the directory "
-                        "holding all of them)")
+                   help="where to write the PNGs (default: the RUN_DIR; for several, the "
+                        "directory they all sit in, else the first)")
     p.add_argument("--no-plots", action="store_true", help="print the table only")
     p.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
     p.add_argument("--window", metavar="START:END",

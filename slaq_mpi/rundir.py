@@ -12,12 +12,17 @@ import fcntl
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from slaq_mpi.errors import ConfigError
 
-__all__ = ["STOP_FILE", "check_free", "clear_stale_stop", "hold", "lock_path", "move_aside"]
+__all__ = [
+    "STOP_FILE", "check_free", "check_own_dir", "clear_stale_stop", "hold", "holding", "lock_path",
+    "move_aside",
+]
 
 STOP_FILE = "STOP"  # created in the run directory to ask a running coordinator to stop
 
@@ -54,9 +59,7 @@ def check_free(run_dir: str | Path) -> None:
     _open_locked(Path(run_dir)).close()
 
 
-def hold(run_dir: str | Path) -> None:
-    """Lock ``run_dir`` for the rest of this process, or raise :class:`ConfigError` if a
-    running slaq run holds it."""
+def _take(run_dir: str | Path) -> IO[str]:
     fh = _open_locked(Path(run_dir))
     job = os.environ.get("SLURM_JOB_ID")
     fh.seek(0)
@@ -64,7 +67,24 @@ def hold(run_dir: str | Path) -> None:
     fh.write(f"pid {os.getpid()} on {socket.gethostname()}"
              f"{f', Slurm job {job}' if job else ''}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     fh.flush()
-    _held.append(fh)
+    return fh
+
+
+def hold(run_dir: str | Path) -> None:
+    """Lock ``run_dir`` for the rest of this process, or raise :class:`ConfigError` if a
+    running slaq run holds it."""
+    _held.append(_take(run_dir))
+
+
+@contextmanager
+def holding(run_dir: str | Path) -> Iterator[None]:
+    """Lock ``run_dir`` for the ``with`` block (``slaq simulate --out``), or raise
+    :class:`ConfigError` if a running slaq run or simulation holds it."""
+    fh = _take(run_dir)
+    try:
+        yield
+    finally:
+        fh.close()
 
 
 def clear_stale_stop(run_dir: str | Path, started: float) -> bool:
@@ -78,6 +98,28 @@ def clear_stale_stop(run_dir: str | Path, started: float) -> bool:
     except FileNotFoundError:
         pass
     return False
+
+
+def check_own_dir(path: str | Path, key: str) -> None:
+    """Refuse ``path`` as a run directory unless it is a directory of its own that can be
+    created: not a file, not the current directory or one above it (a fresh run moves an
+    earlier one aside, and must never move those), and under a writable directory.
+
+    Raises:
+        ConfigError: naming ``key`` (the YAML key or option that gave the path).
+    """
+    where = Path(path).resolve()
+    cwd = Path.cwd().resolve()
+    if where == cwd or where in cwd.parents:
+        raise ConfigError(key, str(path), "must be a directory of its own, not the current "
+                          "directory or one above it (an earlier run in it is moved aside)")
+    if where.exists() and not where.is_dir():
+        raise ConfigError(key, str(path), "exists and is not a directory")
+    base = where
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError(key, str(path), f"cannot be created: {base} is not a writable directory")
 
 
 def move_aside(run_dir: str | Path) -> Path | None:

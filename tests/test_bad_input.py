@@ -253,3 +253,73 @@ def test_data_commands_refuse_outputs_they_cannot_write(tmp_path: Path) -> None:
                        "--alpha", "0"], cwd=tmp_path), "--alpha", "> 0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "outdir"]
     assert not any((tmp_path / "outdir").iterdir())
+
+
+def test_yaml_merge_keys_still_work_and_may_be_overridden(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "name: t\nranks: 4\nseed: 1\npolicy: fair\nepoch_seconds: 0.5\n"
+        "jobs:\n"
+        "  - &base {name: a, algorithm: logreg,\n"
+        "           dataset: {generator: classification, rows: 100, features: 3}}\n"
+        "  - <<: *base\n"
+        "    name: b\n")
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 jobs" in proc.stdout
+
+
+@pytest.mark.parametrize(("text", "needles"), [
+    ("name: t\n[1, 2]: 3\n", ["c.yaml", "unhashable"]),
+    ("name: t\nranks: 4\njobs:\n  - {name: a, algorithm: kmeans, hyperparameters: {k: 1" + "0" * 400
+     + "}, dataset: {generator: blobs, rows: 100, features: 3}}\n",
+     ["jobs[0].hyperparameters.k", "at most the dataset's 100 rows"]),
+    ("name: t\nranks: 4\njobs:\n  - {name: a, algorithm: kmeans,"
+     " dataset: {generator: blobs, rows: 5, features: 3}}\n",
+     ["jobs[0].hyperparameters.k", "8", "at most the dataset's 5 rows", "the default; set it"]),
+])
+def test_odd_yaml_is_one_line(text: str, needles: list[str], tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), *needles)
+
+
+def test_a_npy_file_is_not_a_curve_library(tmp_path: Path) -> None:
+    import numpy as np
+
+    np.save(tmp_path / "curves.npy", np.arange(3.0))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "curves.npy"})))
+    _refused(run_slaq(["simulate", str(cfg)], cwd=tmp_path), "curves.npy", "not a curve library")
+
+
+def test_simulate_out_is_checked_before_anything_moves(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(GOOD))
+    old = tmp_path / "sim"
+    (old / "fair").mkdir(parents=True)
+    (old / "fair" / "metrics.h5").write_text("earlier")
+    for out in (".", str(tmp_path)):  # the current directory (or above) is never moved
+        _refused(run_slaq(["simulate", str(cfg), "--out", out], cwd=tmp_path), "--out",
+                 "directory of its own")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "nope.npz"})))
+    _refused(run_slaq(["simulate", str(bad), "--out", "sim"], cwd=tmp_path), "curve_file")
+    with open(rundir.lock_path(old), "a+") as fh:  # a run or simulation is writing there
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _refused(run_slaq(["simulate", str(cfg), "--out", "sim"], cwd=tmp_path),
+                 "another slaq run is using it")
+    assert (old / "fair" / "metrics.h5").read_text() == "earlier"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "bad.yaml", "c.yaml", "sim"]
+
+
+def test_sim_check_out_never_replaces_the_real_run(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(GOOD))
+    assert run_slaq(["simulate", str(cfg), "--out", "sim"], cwd=tmp_path).returncode == 0
+    before = (tmp_path / "sim" / "fair" / "metrics.h5").read_bytes()
+    for out in ("sim/fair", "sim"):
+        _refused(run_slaq(["sim-check", "sim/fair", "--out", out], cwd=tmp_path), "--out",
+                 "must not be the real run's directory")
+    assert (tmp_path / "sim" / "fair" / "metrics.h5").read_bytes() == before

@@ -277,3 +277,12 @@ def test_a_finished_run_keeps_its_last_job_end_as_makespan() -> None:
     a = job("a", 0.0, [4.0, 2.0], [2.0, 5.0], end=5.0, l_star=0.0)
     run = run_of([a], epoch_time=[0.0, 2.0, 4.0], alloc=[[1]] * 3)  # last epoch ends at 6 s
     assert makespan(run) == pytest.approx(5.0)
+
+
+def test_a_run_stopped_before_its_first_epoch_still_summarizes() -> None:
+    # a live run stopped while waiting for its first arrival: no epochs, no iterations
+    run = run_of([job("a", 5.0, [], [], l_star=0.0), job("b", 9.0, [], [], l_star=0.0)])
+    row = summarize(run, common_l_star([run]))
+    assert row["makespan"] == pytest.approx(4.0)
+    assert row["jobs"] == 2.0
+

@@ -131,7 +131,9 @@ def test_plots_go_where_the_runs_are(tmp_path: Path) -> None:
     assert plots_dir([tmp_path / "paper" / "slaq"]) == tmp_path / "paper" / "slaq"
     assert plots_dir([tmp_path / "paper" / "slaq" / "metrics.h5"]) == tmp_path / "paper" / "slaq"
     assert plots_dir([tmp_path / "paper" / "slaq", tmp_path / "paper" / "fair"]) == tmp_path / "paper"
-    assert plots_dir([tmp_path / "paper" / "fair", tmp_path / "other" / "slaq"]) == tmp_path
+    # runs from different places: the first one's directory, never a far ancestor such as /
+    first = tmp_path / "paper" / "fair"
+    assert plots_dir([first, tmp_path / "other" / "slaq"]) == first
 
 
 def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

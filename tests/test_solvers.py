@@ -275,3 +275,10 @@ def test_a_solver_refuses_values_outside_its_range(blobs: np.ndarray, binary) ->
         _run("svm", *binary, 1, loss="hinge")
     with pytest.raises(ValueError, match=r"bins 300: must be in \[2, 256\]"):
         _run("gbt", binary[0], binary[1], 1, bins=300)
+
+def test_allowed_describes_itself() -> None:
+    from jobs.base import Allowed
+
+    assert str(Allowed()) == "a finite number"
+    assert not Allowed().admits(float("nan")) and Allowed().admits(10**400)
+    assert str(Allowed(hi=1, hi_open=True)) == "< 1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -58,19 +59,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from slaq_mpi import config, rundir
     from slaq_mpi.evaluation import summarize_runs
     from slaq_mpi.report import format_table, window_line
+    from slaq_mpi.sim.curves import CurveLibrary
     from slaq_mpi.sim.run import run_policies
-    from slaq_mpi.sim.settings import check_policy_name
+    from slaq_mpi.sim.settings import check_policy_name, parse_settings
 
     spec = config.load(args.config, check_files=False)
     for name in args.policy or []:
         check_policy_name(name, "--policy")
+    library = CurveLibrary.load(parse_settings(spec).curve_file)  # all input checked first
     out = Path(args.out) if args.out else None
     say = _progress(args)
     if out is not None:
-        aside = rundir.move_aside(out)  # never mix with, or overwrite, an earlier simulation
-        if aside is not None:
-            say(f"moved the previous contents of {out} to {aside}")
-    runs = run_policies(spec, args.policy or None, out=out, progress=say, max_epochs=args.max_epochs)
+        rundir.check_own_dir(out, "--out")
+    # --out: not a directory a running slaq run or simulation is writing
+    with rundir.holding(out) if out is not None else contextlib.nullcontext():
+        if out is not None:
+            aside = rundir.move_aside(out)  # never mix with, or overwrite, an earlier simulation
+            if aside is not None:
+                say(f"moved the previous contents of {out} to {aside}")
+        runs = run_policies(spec, args.policy or None, out=out, progress=say,
+                            max_epochs=args.max_epochs, library=library)
     rows, window = summarize_runs(runs)
     say(window_line(window))
     say(format_table(rows))
@@ -97,9 +105,26 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
 
 def cmd_sim_check(args: argparse.Namespace) -> int:
     """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
+    from slaq_mpi import rundir
+    from slaq_mpi.errors import ConfigError
     from slaq_mpi.sim.run import compare_with_run
 
-    cmp = compare_with_run(args.run_dir, out=args.out, epoch_model=args.epoch_model)
+    if args.out is None:
+        cmp = compare_with_run(args.run_dir, epoch_model=args.epoch_model)
+    else:
+        from slaq_mpi.sim.h5io import read_metrics
+
+        read_metrics(args.run_dir)  # a bad RUN_DIR is refused before --out is touched
+        out, real = Path(args.out).resolve(), Path(args.run_dir).resolve()
+        if out == real or out in real.parents:
+            raise ConfigError("--out", args.out, f"must not be the real run's directory or hold it "
+                              f"({args.run_dir}); an earlier simulation there is moved aside")
+        rundir.check_own_dir(args.out, "--out")
+        with rundir.holding(args.out):
+            aside = rundir.move_aside(args.out)
+            if aside is not None and not args.json:
+                print(f"moved the previous contents of {args.out} to {aside}")
+            cmp = compare_with_run(args.run_dir, out=args.out, epoch_model=args.epoch_model)
     ok = cmp.mean_share_difference <= args.threshold
     if args.json:
         print(json.dumps({"mean_share_difference": _num(cmp.mean_share_difference),

@@ -121,7 +121,8 @@ class CurveLibrary:
                     )
                     for i in range(len(off) - 1)
                 ]
-        except (OSError, KeyError, ValueError, IndexError) as exc:
+        except (OSError, KeyError, ValueError, IndexError, TypeError, AttributeError) as exc:
+            # TypeError: a .npy file (np.load gives an array, not an archive)
             raise DataError(f"{p}: not a curve library of `slaq curves record` ({exc})") from None
         return cls(curves)
 
