@@ -505,20 +505,39 @@ def run_cmd(argv: Sequence[str], *, input: str | None = None, cwd: str | Path | 
 def submit(script: str, *, cwd: str | Path | None = None, sbatch_args: Sequence[str] = ()) -> str:
     """Submit ``script`` (text, given to sbatch on standard input) and return the job id.
 
-    ``sbatch --test-only`` first: Slurm accepts a request no partition can ever satisfy (more
-    tasks than its nodes have cores, more nodes than it has) and leaves it pending for good;
-    the test refuses it at once.
+    Slurm queues a request no partition can ever satisfy (more tasks than its nodes have
+    cores, more nodes than it has) and leaves it pending for good, with a reason that says
+    so at once. Such a job is cancelled and refused here. (``sbatch --test-only`` cannot
+    tell it from a job waiting for drained or down nodes, which will run later.)
     """
-    for argv in (["sbatch", "--test-only", *sbatch_args], ["sbatch", "--parsable", *sbatch_args]):
-        proc = run_cmd(argv, input=script, cwd=cwd)
-        if proc.returncode != 0:
-            why = " ".join((proc.stderr or proc.stdout).split()) or f"exit status {proc.returncode}"
-            raise SlurmError(f"sbatch refused the job: {why}")
+    proc = run_cmd(["sbatch", "--parsable", *sbatch_args], input=script, cwd=cwd)
+    if proc.returncode != 0:
+        why = " ".join((proc.stderr or proc.stdout).split()) or f"exit status {proc.returncode}"
+        raise SlurmError(f"sbatch refused the job: {why}")
     first = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     job_id = first.split(";", 1)[0].strip()
     if not job_id.isdigit():
         raise SlurmError(f"sbatch answered {proc.stdout.strip()!r}, not a job id")
+    try:
+        reason = job_info(job_id).get("Reason", "")
+    except SlurmError:
+        return job_id  # scontrol did not answer: the job is queued; nothing more to tell
+    if reason in NEVER_STARTS:
+        run_cmd(["scancel", job_id])
+        raise SlurmError(f"Slurm would never start job {job_id} (Reason={reason}: "
+                         f"{NEVER_STARTS[reason]}); it was cancelled. Ask for fewer tasks or "
+                         "nodes, or another partition (sinfo shows them)")
     return job_id
+
+
+#: Pending reasons Slurm gives at submission to a job that cannot run unless the partition's
+#: configuration changes.
+NEVER_STARTS: dict[str, str] = {
+    "PartitionConfig": "the request exceeds what the partition has",
+    "PartitionNodeLimit": "the node count is outside the partition's limits",
+    "PartitionTimeLimit": "the time limit exceeds the partition's",
+    "BadConstraints": "no node has the requested features",
+}
 
 
 def job_info(job_id: str) -> dict[str, str]:

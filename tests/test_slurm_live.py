@@ -259,5 +259,28 @@ def test_an_impossible_request_is_refused_not_left_pending(tmp_path: Path) -> No
     proc = run_slaq(["submit", str(cfg)], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("slaq: error: sbatch refused the job"), proc.stderr
-    assert slurm.run_cmd(["squeue", "-h", "-o", "%i"]).stdout.split() == queued  # nothing queued
+    assert len(lines) == 1 and "Slurm would never start job" in lines[0], proc.stderr
+    assert "Reason=PartitionConfig" in lines[0] and "it was cancelled" in lines[0]
+    found = re.search(r"never start job (\d+)", lines[0])
+    assert found, lines[0]
+    assert slurm.job_info(found.group(1)).get("JobState") in (None, "CANCELLED")
+    assert slurm.run_cmd(["squeue", "-h", "-o", "%i"]).stdout.split() == queued  # nothing left queued
+
+
+def test_a_job_waiting_for_drained_nodes_is_submitted(tmp_path: Path) -> None:
+    # maintenance: every node drained. The job will run afterwards, so it must be queued.
+    nodes = slurm.run_cmd(["sinfo", "-h", "-o", "%n"]).stdout.split()
+    for node in nodes:
+        assert slurm.run_cmd(["scontrol", "update", f"nodename={node}", "state=drain",
+                              "reason=slaq-test"]).returncode == 0
+    job = None
+    try:
+        job = _submit(tmp_path)
+        info = job.info()
+        assert info.get("JobState") == "PENDING", info
+        assert info.get("Reason") not in slurm.NEVER_STARTS, info
+    finally:
+        if job is not None:
+            job.cancel()
+        for node in nodes:
+            slurm.run_cmd(["scontrol", "update", f"nodename={node}", "state=resume"])

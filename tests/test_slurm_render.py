@@ -188,6 +188,9 @@ def test_extra_keeps_unmanaged_options() -> None:
 
 # --- the subprocess boundary ---------------------------------------------------------------
 
+PENDING = "JobId=77 JobName=slaq JobState=PENDING Reason={} Restarts=0"
+
+
 class FakeSlurm:
     """Stands in for run_cmd: records each argv and answers like Slurm would."""
 
@@ -238,14 +241,14 @@ def _write_config(tmp_path: Path, slurm: dict[str, Any] | None = None) -> Path:
 
 def test_submit_goes_through_run_cmd(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
                                      tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeSlurm({"sbatch": (0, "4242\n", "")})
+    fake = FakeSlurm({"sbatch": (0, "4242\n", ""), "scontrol": (0, PENDING.format("Priority"), "")})
     monkeypatch.setattr(slurm, "run_cmd", fake)
     monkeypatch.chdir(tmp_path)
     cfg = _write_config(tmp_path, slurm={"time": "00:10:00", "account": "lab"})
     assert cli.main(["submit", str(cfg)]) == 0
-    assert [argv for argv, _ in fake.calls] == [["sbatch", "--test-only"], ["sbatch", "--parsable"]]
-    script = fake.calls[1][1]
-    assert script is not None and fake.calls[0][1] == script  # the request is tested first
+    assert [argv[:2] for argv, _ in fake.calls] == [["sbatch", "--parsable"], ["scontrol", "show"]]
+    script = fake.calls[0][1]
+    assert script is not None
     assert "#SBATCH --account=lab" in script and "#SBATCH --ntasks=4" in script
     assert f"CONFIG={cfg}" in script and f"RUN_DIR={tmp_path / 'runs' / 'tiny'}" in script
     out = capsys.readouterr().out
@@ -303,18 +306,28 @@ def test_sbatch_failure_is_reported(monkeypatch: pytest.MonkeyPatch, no_subproce
                                             ("sbatch: warning: x\n99\n", "99")])
 def test_submit_parses_the_job_id(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
                                   answer: str, job_id: str) -> None:
-    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"sbatch": (0, answer, "")}))
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({"sbatch": (0, answer, ""),
+                                                     "scontrol": (0, PENDING.format("None"), "")}))
     assert slurm.submit("#!/bin/bash\n") == job_id
 
 
-def test_a_request_slurm_can_never_satisfy_is_not_submitted(monkeypatch: pytest.MonkeyPatch,
-                                                            no_subprocess: None) -> None:
-    fake = FakeSlurm({"sbatch": (1, "", "allocation failure: Requested node configuration is "
-                                        "not available")})
+@pytest.mark.parametrize(("reason", "refused"), [
+    ("PartitionConfig", True), ("PartitionNodeLimit", True), ("BadConstraints", True),
+    ("ReqNodeNotAvail", False),  # drained or down nodes: it runs after the maintenance
+    ("Priority", False), ("Resources", False), ("None", False),
+])
+def test_a_job_slurm_would_never_start_is_cancelled(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                                    reason: str, refused: bool) -> None:
+    fake = FakeSlurm({"sbatch": (0, "77\n", ""), "scontrol": (0, PENDING.format(reason), ""),
+                      "scancel": (0, "", "")})
     monkeypatch.setattr(slurm, "run_cmd", fake)
-    with pytest.raises(SlurmError, match="sbatch refused the job: allocation failure: Requested node"):
-        slurm.submit("#!/bin/bash\n")
-    assert [argv for argv, _ in fake.calls] == [["sbatch", "--test-only"]]  # never queued
+    if refused:
+        with pytest.raises(SlurmError, match=f"would never start job 77 \\(Reason={reason}"):
+            slurm.submit("#!/bin/bash\n")
+        assert fake.calls[-1][0] == ["scancel", "77"]
+    else:
+        assert slurm.submit("#!/bin/bash\n") == "77"
+        assert "scancel" not in [argv[0] for argv, _ in fake.calls]
 
 
 def test_submit_rejects_a_non_id(monkeypatch: pytest.MonkeyPatch, no_subprocess: None) -> None:
