@@ -36,9 +36,12 @@ class MLPClassifier(Solver):
         super().__init__(comm, shard, params, seed)
         self._labels = class_labels(shard)
         k = int(self.params["classes"])
+        top = int(comm.allreduce(np.array([float(self._labels.max(initial=0))]), op="max")[0])
         if k <= 0:
-            top = self._labels.max(initial=0)
-            k = int(comm.allreduce(np.array([float(top)]), op="max")[0]) + 1
+            k = top + 1
+        elif top >= k:
+            raise ValueError(f"mlp classes {k}: the labels go up to {top}; set classes to at least "
+                             f"{top + 1}, or to 0 to count them from the labels")
         self.classes = max(k, 2)
         d, h = shard.n_features, int(self.params["hidden"])
         rng = np.random.default_rng(seed)

@@ -273,6 +273,8 @@ def test_a_solver_refuses_values_outside_its_range(blobs: np.ndarray, binary) ->
         _run("mlp", blobs, (blobs[:, 0] > 0).astype(float), 1, momentum=1.0)
     with pytest.raises(ValueError, match=r"loss 'hinge': must be one of squared_hinge, smoothed_hinge"):
         _run("svm", *binary, 1, loss="hinge")
+    with pytest.raises(ValueError, match=r"mlp classes 2: the labels go up to 3; set classes to at least 4"):
+        _run("mlp", blobs, np.arange(600) % 4, 1, classes=2)
     with pytest.raises(ValueError, match=r"bins 300: must be in \[2, 256\]"):
         _run("gbt", binary[0], binary[1], 1, bins=300)
 
