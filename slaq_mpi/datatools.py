@@ -153,7 +153,7 @@ class _Output:
 
 def _libsvm_lines(path: Path) -> Iterator[tuple[int, float, list[int], list[float]]]:
     """(line number, label, indices, values) of every data line; raises on a bad line."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open(path, encoding="utf-8-sig", errors="replace") as fh:  # -sig: drop a BOM
         for lineno, line in enumerate(fh, 1):
             text = line.split("#", 1)[0].strip()
             if not text:
@@ -231,7 +231,7 @@ def _csr_chunk(buf: list[tuple[float, list[int], list[float]]], n_feat: int,
 # --- CSV ---------------------------------------------------------------------------------------
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open(path, encoding="utf-8-sig", errors="replace") as fh:  # -sig: drop a BOM
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 yield lineno, [c.strip() for c in line.rstrip("\r\n").split(",")]
@@ -250,15 +250,22 @@ def _floats(path: Path, lineno: int, cells: list[str]) -> list[float]:
     return out
 
 
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
 def convert_csv(src: Path, out: Path, label_column: int | None = None) -> None:
-    """Convert a numeric CSV file (an optional header line is skipped) to a dense HDF5 file."""
+    """Convert a numeric CSV file to a dense HDF5 file. A first line none of whose cells is a
+    number is a header and skipped; any other line must be all finite numbers."""
     rows, width, header = 0, -1, False
     for lineno, cells in _csv_rows(src):
         if rows == 0 and width < 0:
             width = len(cells)
-            try:
-                _floats(src, lineno, cells)
-            except DataError:
+            if not any(_is_number(c) for c in cells):
                 header = True
                 continue
         elif len(cells) != width:
@@ -267,9 +274,7 @@ def convert_csv(src: Path, out: Path, label_column: int | None = None) -> None:
         rows += 1
     if rows == 0:
         raise DataError(f"{src}: no data lines")
-    lab = None if label_column is None else label_column % width
-    if label_column is not None and not -width <= label_column < width:
-        raise ConfigError("--label-column", label_column, f"the file has {width} columns")
+    lab = _label_index(label_column, width)
     feats = width - (lab is not None)
     if feats < 1:
         raise DataError(f"{src}: no feature columns besides the label")
@@ -289,6 +294,16 @@ def convert_csv(src: Path, out: Path, label_column: int | None = None) -> None:
         writer.close()
 
 
+def _label_index(label_column: int | None, width: int) -> int | None:
+    """The label column as an index in [0, width), or None; out of range is refused."""
+    if label_column is None:
+        return None
+    if not -width <= label_column < width:
+        raise ConfigError("--label-column", label_column, f"the file has {width} columns "
+                          f"(0..{width - 1}, or -1..-{width} from the end)")
+    return label_column % width
+
+
 def _split_label(block: np.ndarray, lab: int | None) -> tuple[np.ndarray, np.ndarray | None]:
     if lab is None:
         return block, None
@@ -299,17 +314,22 @@ def _split_label(block: np.ndarray, lab: int | None) -> tuple[np.ndarray, np.nda
 
 def convert_npy(src: Path, out: Path, label_column: int | None = None, labels: Path | None = None) -> None:
     """Convert a 2-D .npy array (memory-mapped, copied in chunks) to a dense HDF5 file."""
-    try:
-        arr = np.load(src, mmap_mode="r", allow_pickle=False)
-        y_all = np.load(labels, mmap_mode="r", allow_pickle=False) if labels else None
-    except (ValueError, OSError) as exc:
-        raise DataError(f"{src}: not a readable .npy array ({exc})") from None
+    if labels is not None and label_column is not None:
+        raise ConfigError("--labels", str(labels), "give the labels either as a file (--labels) or "
+                          "as a column (--label-column), not both")
+    arrays = []
+    for path in (src, labels):
+        try:
+            arrays.append(np.load(path, mmap_mode="r", allow_pickle=False) if path else None)
+        except (ValueError, OSError) as exc:
+            raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+    arr, y_all = arrays
     if arr.ndim != 2 or arr.dtype.kind not in "fiub":
         raise DataError(f"{src}: array of shape {arr.shape} and dtype {arr.dtype}; want 2-D numeric")
     rows, width = arr.shape
     if y_all is not None and y_all.shape != (rows,):
         raise DataError(f"{labels}: labels of shape {y_all.shape}; want ({rows},)")
-    lab = None if label_column is None else label_column % width
+    lab = _label_index(label_column, width)
     feats = width - (lab is not None)
     if rows < 1 or feats < 1:
         raise DataError(f"{src}: array of shape {arr.shape} leaves no rows or feature columns")

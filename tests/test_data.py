@@ -216,3 +216,37 @@ def test_convert_csv_and_npy(tmp_path: Path, capsys) -> None:
     np.save(tmp_path / "a.npy", arr)
     assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out)]) == 2
     assert "a.npy: row 3: non-finite value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("first", ["1,,0", "1,2,inf", "1,nan,0", "1,2,1e400"])
+def test_a_bad_first_csv_line_is_refused_not_taken_for_a_header(tmp_path: Path, capsys, first: str) -> None:
+    src = tmp_path / "t.csv"
+    src.write_text(f"{first}\n3,4,1\n")
+    out = tmp_path / "t.h5"
+    assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "-1"]) == 2
+    assert f"{src}:1: column " in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_csv_header_and_byte_order_mark(tmp_path: Path) -> None:
+    src = tmp_path / "t.csv"
+    src.write_bytes("\ufeff1,2,0\n3,4,1\n".encode())  # no header: the BOM is not a cell
+    out = tmp_path / "t.h5"
+    assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "2"]) == 0
+    np.testing.assert_array_equal(read_shard(out, 0, 1).X, [[1, 2], [3, 4]])
+
+
+def test_npy_label_column_out_of_range_and_both_label_sources(tmp_path: Path, capsys) -> None:
+    np.save(tmp_path / "a.npy", np.arange(12.0).reshape(4, 3))
+    np.save(tmp_path / "y.npy", np.zeros(4))
+    out = tmp_path / "o.h5"
+    for col in ("3", "-4"):
+        assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out), "--label-column", col]) == 2
+        assert "--label-column" in capsys.readouterr().err
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out), "--label-column", "-3"]) == 0
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out), "--label-column", "0",
+                      "--labels", str(tmp_path / "y.npy")]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out),
+                      "--labels", str(tmp_path / "missing.npy")]) == 2
+    assert "missing.npy: not a readable .npy array" in capsys.readouterr().err
