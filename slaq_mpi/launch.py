@@ -50,6 +50,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         if not (run_dir / "state.json").is_file() or not saved.is_file():
             raise ConfigError("--resume", str(run_dir), "must be a run directory of an earlier "
                               "slaq run (with state.json and config.yaml)")
+        _check_unchanged(run_dir, saved)
         spec = config.load(saved)
         config.require_live(spec)
         return spec, run_dir, True
@@ -58,6 +59,24 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
     spec = config.load(args.config)
     config.require_live(spec)
     return spec, spec.output_dir, False
+
+
+def _check_unchanged(run_dir: Path, saved: Path) -> None:
+    """Refuse a resume whose config.yaml differs from the config the run started with (kept
+    in metrics.h5): jobs added, removed or changed cannot be carried on from checkpoints."""
+    import h5py
+
+    try:
+        with h5py.File(run_dir / "metrics.h5", "r") as f:
+            original = f.attrs.get("config")
+    except OSError:
+        return  # no readable metrics yet: nothing to compare with (checkpoints decide)
+    if isinstance(original, bytes):
+        original = original.decode()
+    if isinstance(original, str) and original and saved.read_text() != original:
+        raise ConfigError("--resume", str(run_dir), f"its {saved.name} differs from the config the run "
+                          "started with (kept in metrics.h5); a resumed run must use it unchanged: "
+                          "restore it, or start a new run with slaq run CONFIG")
 
 
 def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str) -> int:

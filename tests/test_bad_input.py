@@ -323,3 +323,23 @@ def test_sim_check_out_never_replaces_the_real_run(tmp_path: Path) -> None:
         _refused(run_slaq(["sim-check", "sim/fair", "--out", out], cwd=tmp_path), "--out",
                  "must not be the real run's directory")
     assert (tmp_path / "sim" / "fair" / "metrics.h5").read_bytes() == before
+
+
+def test_resume_refuses_an_edited_config(tmp_path: Path) -> None:
+    import json
+
+    import h5py
+
+    run = tmp_path / "runs" / "t"
+    run.mkdir(parents=True)
+    text = yaml.safe_dump(GOOD, sort_keys=False)
+    (run / "state.json").write_text(json.dumps({"epoch": 3, "elapsed": 2.0, "finished": False}))
+    with h5py.File(run / "metrics.h5", "w") as f:
+        f.attrs["config"] = text
+    edited = yaml.safe_load(text)
+    edited["jobs"].append({"name": "c", "algorithm": "logreg",
+                           "dataset": {"generator": "classification", "rows": 100, "features": 3}})
+    (run / "config.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
+    _refused(run_slaq(["run", "--resume", str(run)], cwd=tmp_path), "--resume", "config.yaml differs",
+             "restore it")
+    assert (run / "state.json").is_file() and not list(tmp_path.glob("runs/t.*"))
