@@ -15,7 +15,13 @@ from typing import Any
 
 import yaml
 
-from slaq_mpi.datasets import GENERATOR_REQUIRED, GENERATORS, DatasetSpec, check_file
+from slaq_mpi.datasets import (
+    GENERATOR_REQUIRED,
+    GENERATORS,
+    DatasetSpec,
+    check_file,
+    generator_label_problem,
+)
 from slaq_mpi.errors import ConfigError, DataError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -298,6 +304,10 @@ def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> tuple[Data
             out[key] = _float(params[key], f"{where}.{key}", lo=0.0, open_lo=key in ("alpha", "density"))
             if key == "density" and out[key] > 1.0:
                 raise ConfigError(f"{where}.{key}", params[key], "must be a fraction in (0, 1]")
+    problem = generator_label_problem(str(gen), out, solver)
+    if problem is not None:
+        suggest = getattr(solver, "dataset_kind", None)
+        raise ConfigError(f"{where}.generator", gen, problem + (f" (use {suggest!r})" if suggest else ""))
     return DatasetSpec(generator=str(gen), params=out), out["rows"]
 
 

@@ -153,6 +153,26 @@ GENERATORS: dict[str, tuple[Callable[..., Any], dict[str, type]]] = {
 }
 GENERATOR_REQUIRED: dict[str, type] = {"rows": int, "features": int}
 
+#: Which label kinds (a solver's ``label_kind``) accept the labels of each kind a generator writes.
+_ACCEPTS = {"binary": {"binary"}, "classes": {"binary", "classes"},
+            "real": {"binary", "classes", "real"}}
+
+
+def generator_label_problem(generator: str, params: Mapping[str, Any], solver: Any) -> str | None:
+    """Why ``solver`` cannot use the labels ``generator`` writes (None if it can): the same
+    rules ``check_file`` applies to a data file's labels."""
+    centers = int(params.get("centers", 8))
+    writes = {"classification": "binary", "regression": "real",
+              "blobs": "binary" if centers <= 2 else "classes"}.get(generator)
+    if writes is None:
+        return "it writes no labels, and this algorithm needs them" if getattr(
+            solver, "needs_labels", False) else None
+    want = getattr(solver, "label_kind", None)
+    if want is None or writes in _ACCEPTS.get(want, {writes}):
+        return None
+    what = {"real": "real-valued targets", "classes": f"class labels 0..{centers - 1}"}[writes]
+    return f"it writes {what}; {_LABEL_RULES[want][1]} for this algorithm"
+
 
 def _chunk_rows(generator: str, p: Mapping[str, Any]) -> int:
     feats = int(p["features"])
