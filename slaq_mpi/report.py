@@ -162,21 +162,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     rows, window = summarize_runs(runs, l_star, _window(args.window))
     print(window_line(window, bool(args.window)))
     print(format_table(rows))
-    if args.json:
+    if not args.no_plots:
+        _plots(runs, l_star, Path(args.out) if args.out else plots_dir(args.run_dirs))
+    if args.json:  # last, so `tail -1` is the JSON
         print(json.dumps({"runs": {k: {m: (v if math.isfinite(v) else None) for m, v in r.items()}
                                    for k, r in rows.items()}}))
-    if args.no_plots:
-        return 0
-    out = Path(args.out) if args.out else plots_dir(args.run_dirs)
+    return 0
+
+
+def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path) -> None:
     try:
         from slaq_mpi.plots import write_plots
     except ImportError:
         print("plots skipped: matplotlib is not installed (pip install 'slaq-mpi[plot]')")
-        return 0
-    written = write_plots(runs, l_star, out)
-    for path in written:
+        return
+    for path in write_plots(runs, l_star, out):
         print(f"wrote {path}")
-    return 0
 
 
 def add_cli(subparsers: Any) -> None:

@@ -114,12 +114,16 @@ def test_pngs_are_valid_with_expected_series(sim_dir: Path, tmp_path: Path) -> N
         assert float(img[..., :3].std()) > 0.01  # not a blank canvas
 
 
-def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path) -> None:
+def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
-    args = parse(["report", str(sim_dir / "fair"), str(sim_dir / "fifo"), "--out", str(tmp_path)])
+    args = parse(["report", str(sim_dir / "fair"), str(sim_dir / "fifo"), "--out", str(tmp_path), "--json"])
     assert args.func(args) == 0
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "avg_normalized_loss.png", "core_share.png", "fairness.png", "time_to_reduction.png"]
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("wrote ") for line in lines) == 4
+    assert set(json.loads(lines[-1])["runs"]) == {"fair", "fifo"}  # the JSON is last
 
 
 def test_plots_go_where_the_runs_are(tmp_path: Path) -> None:
