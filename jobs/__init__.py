@@ -35,6 +35,7 @@ def load_solver(algorithm: str) -> type[Solver]:
     Raises:
         KeyError: unknown built-in name.
         FileNotFoundError, AttributeError: a user reference that does not resolve.
+        TypeError: a user reference that is not a usable :class:`Solver` subclass.
     """
     if algorithm in ALGORITHMS:
         module_name, cls_name = ALGORITHMS[algorithm].split(":")
@@ -52,5 +53,23 @@ def load_solver(algorithm: str) -> type[Solver]:
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    return getattr(module, cls_name)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[mod_name]  # a fixed file is read again
+            raise
+    cls = getattr(module, cls_name)
+    _check_solver_class(cls, f"{cls_name} in {path}")
+    return cls
+
+
+def _check_solver_class(cls: object, what: str) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Solver)):
+        raise TypeError(f"{what} is not a subclass of jobs.Solver (see docs/solvers.md)")
+    if cls.convergence not in ("sublinear", "linear"):
+        raise TypeError(f"{what}: convergence is {cls.convergence!r}; allowed: sublinear, linear")
+    for attr in ("allowed", "row_limited"):
+        unknown = set(getattr(cls, attr)) - set(cls.defaults)
+        if unknown:
+            raise TypeError(f"{what}: {attr} names {', '.join(sorted(unknown))}, which "
+                            "defaults does not have")

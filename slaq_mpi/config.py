@@ -263,8 +263,9 @@ def _solver_class(algorithm: Any, where: str) -> Any:
     except KeyError:
         allowed = ", ".join(sorted(ALGORITHMS))
         raise ConfigError(where, algorithm, f"allowed: {allowed}, or path/to/file.py:ClassName") from None
-    except (FileNotFoundError, AttributeError, ImportError, SyntaxError) as exc:
-        raise ConfigError(where, algorithm, f"the solver file or class does not load ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a user's solver file may raise anything on import
+        raise ConfigError(where, algorithm, f"the solver file or class does not load "
+                          f"({exc.__class__.__name__}: {exc})") from None
 
 
 def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> tuple[DatasetSpec, int | None]:

@@ -353,3 +353,44 @@ def test_resume_refuses_an_edited_config(tmp_path: Path) -> None:
     _refused(run_slaq(["run", "--resume", str(run)], cwd=tmp_path), "--resume", "config.yaml differs",
              "restore it")
     assert (run / "state.json").is_file() and not list(tmp_path.glob("runs/t.*"))
+
+
+SOLVER_FILE = '''
+import numpy as np
+from jobs.base import Solver, Allowed
+
+
+class Plain:
+    defaults = {}
+    convergence = "linear"
+
+    def step(self):
+        return 0.0
+
+
+class Quadratic(Solver):
+    convergence = "quadratic"
+    defaults = {"step": 0.5}
+
+
+class Misnamed(Solver):
+    defaults = {"step": 0.5}
+    allowed = {"stepp": Allowed(lo=0)}
+'''
+
+
+@pytest.mark.parametrize(("ref", "needles"), [
+    ("solver.py:Plain", ["not a subclass of jobs.Solver"]),
+    ("solver.py:np", ["not a subclass of jobs.Solver"]),
+    ("solver.py:Quadratic", ["convergence is 'quadratic'", "sublinear, linear"]),
+    ("solver.py:Misnamed", ["allowed names stepp"]),
+    ("solver.py:Nope", ["has no attribute 'Nope'"]),
+    ("broken.py:X", ["ZeroDivisionError"]),
+])
+def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str], tmp_path: Path) -> None:
+    (tmp_path / "solver.py").write_text(SOLVER_FILE)
+    (tmp_path / "broken.py").write_text("x = 1 / 0\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["jobs", 1, "algorithm"], ref)))
+    _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "jobs[1].algorithm", ref,
+             "does not load", *needles)
