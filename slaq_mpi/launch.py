@@ -79,6 +79,19 @@ def _check_unchanged(run_dir: Path, saved: Path) -> None:
                           "restore it, or start a new run with slaq run CONFIG")
 
 
+_LAUNCHED_AT = "SLAQ_LAUNCHED_AT"  # when `slaq run` started mpiexec (seconds since the epoch)
+
+
+def start_time(now: float) -> float:
+    """When this run started: when `slaq run` started mpiexec (passed to the ranks in the
+    environment) if that is earlier than ``now``, the time a rank began. A STOP file made
+    after it is a request for this run, even if the ranks took seconds to start."""
+    try:
+        return min(now, float(os.environ.get(_LAUNCHED_AT, "inf")))
+    except ValueError:
+        return now
+
+
 def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str) -> int:
     cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
@@ -118,7 +131,9 @@ def run_command(args: argparse.Namespace) -> int:
         spec, run_dir, _ = _spec_and_dir(args)
         exe = find_mpiexec(args.mpiexec)
         rundir.check_free(run_dir)  # before any rank starts
+        os.environ[_LAUNCHED_AT] = repr(started)  # a STOP made while the ranks start is kept
         return _relaunch(args, spec, exe)
+    started = start_time(started)
     from slaq_mpi import comm
 
     size, rank = comm.world_size(), comm.world_rank()

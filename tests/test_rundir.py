@@ -126,3 +126,14 @@ def test_move_aside_never_overwrites(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file"):
         rundir.move_aside(tmp_path / "file")
+
+
+def test_the_start_is_when_slaq_run_launched_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slaq_mpi.launch import start_time
+
+    monkeypatch.delenv("SLAQ_LAUNCHED_AT", raising=False)
+    assert start_time(100.0) == 100.0
+    monkeypatch.setenv("SLAQ_LAUNCHED_AT", "96.5")  # the ranks took 3.5 s to start
+    assert start_time(100.0) == 96.5
+    monkeypatch.setenv("SLAQ_LAUNCHED_AT", "not a time")
+    assert start_time(100.0) == 100.0
