@@ -203,7 +203,9 @@ def _policy(val: Any) -> tuple[str, dict[str, Any]]:
     try:
         get_policy(str(name), **dict(params))
     except PolicyError as exc:
-        raise ConfigError("policy", val, str(exc).split("; ", 1)[-1]) from None
+        text = str(exc)
+        raise ConfigError("policy", val, text.split("; ", 1)[-1] if text.startswith("unknown policy")
+                          else text) from None
     return str(name), dict(params)
 
 

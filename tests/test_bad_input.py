@@ -56,6 +56,11 @@ CASES = {
                           ["jobs[0].dataset.density", "1.5", "(0, 1]"]),
     "bad policy parameter value": (_with(["policy"], {"name": "slaq", "params": {"window": 2}}),
                                    ["policy", "window >= 3"]),
+    "policy parameter of the wrong type": (
+        _with(["policy"], {"name": "slaq", "params": {"learn_scaling": "false"}}),
+        ["policy", "learn_scaling", "'false'", "true or false"]),
+    "unknown policy parameter": (_with(["policy"], {"name": "fair", "params": {"share": 2}}),
+                                 ["policy", "no parameter 'share'", "allowed: none"]),
     "simulation-only policy": (_with(["policy"], "oracle"), ["policy", "'oracle'", "slaq simulate",
                                                              "fair"]),
     "missing dataset": (_with(["jobs", 0, "dataset"], {"path": "/nonexistent/d.h5"}),

@@ -42,5 +42,5 @@ def test_fifo_serves_in_arrival_order() -> None:
 def test_unknown_policy_and_bad_params() -> None:
     with pytest.raises(PolicyError, match="unknown policy 'nope'"):
         get_policy("nope")
-    with pytest.raises(PolicyError, match="bad parameters"):
+    with pytest.raises(PolicyError, match="policy 'fair' has no parameter 'weight'; allowed: none"):
         get_policy("fair", weight=3)

@@ -8,6 +8,9 @@ wait for the next epoch. The live coordinator and the simulator call the same ob
 from __future__ import annotations
 
 import importlib
+import inspect
+import math
+import typing
 from typing import Any, Protocol
 
 from slaq_mpi.snapshot import ClusterSnapshot
@@ -45,6 +48,33 @@ POLICY_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
 LIVE_POLICY_NAMES: tuple[str, ...] = POLICY_NAMES
 
 
+def _check_params(name: str, cls: type, params: dict[str, Any]) -> None:
+    """Names and types of ``params`` against the policy's constructor (bool, int, float, str)."""
+    sig = inspect.signature(cls.__init__)
+    known = [p for p in sig.parameters.values() if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+    hints = typing.get_type_hints(cls.__init__)
+    for key, value in params.items():
+        if key not in {p.name for p in known}:
+            allowed = ", ".join(p.name for p in known) or "none"
+            raise PolicyError(f"policy {name!r} has no parameter {key!r}; allowed: {allowed}")
+        want = hints.get(key)
+        if want is bool:
+            ok = isinstance(value, bool)
+        elif want is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif want is float:
+            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                  and math.isfinite(value))
+        elif want is str:
+            ok = isinstance(value, str)
+        else:
+            ok = True  # other annotations are checked by the policy itself
+        if not ok:
+            kind = {bool: "true or false", int: "an integer", float: "a finite number",
+                    str: "a string"}[want]
+            raise PolicyError(f"policy {name!r} parameter {key} is {value!r}; it must be {kind}")
+
+
 def get_policy(name: str, **params: Any) -> Policy:
     """Build the policy called ``name`` with its parameters.
 
@@ -57,6 +87,7 @@ def get_policy(name: str, **params: Any) -> Policy:
         raise PolicyError(f"unknown policy {name!r}; allowed: {allowed}")
     module, cls_name = entry
     cls = getattr(importlib.import_module(module), cls_name)
+    _check_params(name, cls, params)
     try:
         return cls(**params)
     except (TypeError, ValueError) as exc:
