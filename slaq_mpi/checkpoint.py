@@ -42,6 +42,29 @@ def _checksum(state: Mapping[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def state_arrays(state: object, job: str) -> dict[str, np.ndarray]:
+    """Copies of a solver's ``get_state()`` as numeric arrays.
+
+    Raises:
+        ValueError: naming the job and the entry, when the state is not a dict of numeric
+            arrays (the documented contract, see docs/solvers.md).
+    """
+    if not isinstance(state, Mapping):
+        raise ValueError(f"job {job}: get_state() returned {type(state).__name__}; it must return "
+                         "a dict of numeric arrays (docs/solvers.md)")
+    out: dict[str, np.ndarray] = {}
+    for name, value in state.items():
+        try:
+            arr = np.array(value, copy=True)
+        except (TypeError, ValueError):
+            arr = np.array(None)
+        if not isinstance(name, str) or arr.dtype.kind not in "biufc":
+            raise ValueError(f"job {job}: get_state()[{name!r}] is {type(value).__name__}; every "
+                             "entry must be a numeric array under a string name (docs/solvers.md)")
+        out[name] = arr
+    return out
+
+
 def job_dir(run_dir: Path, job: str) -> Path:
     """Where the checkpoints of ``job`` live."""
     return run_dir / "checkpoints" / job

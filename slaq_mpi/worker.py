@@ -37,6 +37,7 @@ class Worker:
         self.last_loss = math.nan
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
+        self._writer_job: str | None = None
         self._stop_soon = False
 
     def run(self) -> None:
@@ -78,7 +79,7 @@ class Worker:
             self._writer.join()
             self._writer = None
         if self._writer_error is not None:
-            raise RuntimeError(f"writing a checkpoint of {self.job} failed: {self._writer_error}")
+            raise RuntimeError(f"writing a checkpoint of {self._writer_job} failed: {self._writer_error}")
 
     def _write(self, *args: object) -> None:
         try:
@@ -94,8 +95,9 @@ class Worker:
         """
         assert self.job is not None and self.solver is not None
         self._join_writer()
-        args = (self.run_dir, self.job, self.iteration, self.last_loss,
-                {k: v.copy() for k, v in self.solver.get_state().items()})
+        state = checkpoint.state_arrays(self.solver.get_state(), self.job)
+        self._writer_job = self.job
+        args = (self.run_dir, self.job, self.iteration, self.last_loss, state)
         self._writer = threading.Thread(target=self._write, args=args, daemon=False)
         self._writer.start()
 

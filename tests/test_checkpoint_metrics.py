@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from slaq_mpi import checkpoint
 from slaq_mpi.metrics import JobRecord, RunRecord
@@ -57,3 +58,27 @@ def test_metrics_round_trip(tmp_path: Path) -> None:
     assert back.jobs["a"].status == "done" and math.isnan(back.jobs["b"].start)
     assert back.epoch_alloc == [[2, 0]] and back.pause_ms == [3.5] and back.moved == [1]
     assert back.attrs["policy"] == "fair"
+
+
+@pytest.mark.parametrize(("state", "needle"), [
+    (None, "get_state() returned NoneType"),
+    ([1.0, 2.0], "get_state() returned list"),
+    ({"w": "abc"}, "get_state()['w'] is str"),
+    ({"w": {"nested": np.zeros(2)}}, "get_state()['w'] is dict"),
+    ({3: np.zeros(2)}, "get_state()[3]"),
+])
+def test_a_state_that_is_not_numeric_arrays_names_the_job(state: object, needle: str) -> None:
+    from slaq_mpi.checkpoint import state_arrays
+
+    with pytest.raises(ValueError, match=r"^job mine: ") as exc:
+        state_arrays(state, "mine")
+    assert needle in str(exc.value)
+
+
+def test_state_arrays_are_copies() -> None:
+    from slaq_mpi.checkpoint import state_arrays
+
+    w = np.zeros(3)
+    out = state_arrays({"w": w, "k": 3}, "mine")
+    w[0] = 1.0
+    assert out["w"][0] == 0.0 and out["k"].shape == () and int(out["k"]) == 3
