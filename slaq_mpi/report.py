@@ -131,6 +131,8 @@ def _window(text: str | None) -> tuple[float, float] | None:
         lo, hi = (float(x) for x in text.split(":"))
     except ValueError:
         raise ConfigError("--window", text, "must be START:END in seconds, e.g. 800:1600") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo >= 0):
+        raise ConfigError("--window", text, "START and END must be finite seconds, START >= 0")
     if not hi > lo:
         raise ConfigError("--window", text, "END must be greater than START")
     return lo, hi

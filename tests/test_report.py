@@ -153,6 +153,7 @@ def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> Non
     # seconds (every job arrives at normalized loss 1.0) are worse than the whole run
     assert all(data[k]["avg_normalized_loss"] != whole[k]["avg_normalized_loss"] for k in data)
     assert data["fair"]["avg_normalized_loss"] > 1.5 * whole["fair"]["avg_normalized_loss"]
-    with pytest.raises(ConfigError, match="--window"):
-        bad = parse(["report", str(sim_dir), "--no-plots", "--window", "5:1"])
-        bad.func(bad)
+    for text, why in (("5:1", "END must be greater"), ("-5:10", "START >= 0"), ("nan:5", "finite")):
+        with pytest.raises(ConfigError, match=why):
+            bad = parse(["report", str(sim_dir), "--no-plots", "--window", text])
+            bad.func(bad)
