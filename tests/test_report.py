@@ -155,5 +155,5 @@ def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert data["fair"]["avg_normalized_loss"] > 1.5 * whole["fair"]["avg_normalized_loss"]
     for text, why in (("5:1", "END must be greater"), ("-5:10", "START >= 0"), ("nan:5", "finite")):
         with pytest.raises(ConfigError, match=why):
-            bad = parse(["report", str(sim_dir), "--no-plots", "--window", text])
+            bad = parse(["report", str(sim_dir), "--no-plots", f"--window={text}"])
             bad.func(bad)
