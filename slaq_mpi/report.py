@@ -107,13 +107,16 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
-    """Read every run; keys are unique labels (the policy, made unique when repeated)."""
+    """Read every run; keys are unique labels: the policy, with ``(run)`` or ``(simulate)``
+    when real and simulated runs are read together (so ``slaq vs fair`` never compares a real
+    run with a simulation), made unique when repeated."""
     from slaq_mpi.sim.h5io import read_metrics
 
+    loaded = [(path, observed(read_metrics(path))) for path in find_runs(paths)]
+    mixed = len({run.mode for _, run in loaded}) > 1
     runs: dict[str, RunData] = {}
-    for path in find_runs(paths):
-        run = observed(read_metrics(path))
-        label = run.policy
+    for path, run in loaded:
+        label = f"{run.policy} ({run.mode})" if mixed else run.policy
         if label in runs:
             label = f"{run.policy} ({run.mode}, {path.parent.name})"
         n = 2

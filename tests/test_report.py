@@ -157,3 +157,17 @@ def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> Non
         with pytest.raises(ConfigError, match=why):
             bad = parse(["report", str(sim_dir), "--no-plots", f"--window={text}"])
             bad.func(bad)
+
+
+def test_real_and_simulated_runs_are_labelled_apart(sim_dir: Path, tmp_path: Path) -> None:
+    from slaq_mpi.evaluation import summarize_runs
+    from slaq_mpi.report import format_comparison
+
+    real = read_metrics(sim_dir / "fair")
+    real.mode = "run"  # stands in for a real run of the same config
+    write_metrics(tmp_path / "real" / "metrics.h5", real)
+    runs = load_runs([tmp_path / "real", sim_dir / "fair", sim_dir / "fifo"])
+    assert sorted(runs) == ["fair (run)", "fair (simulate)", "fifo (simulate)"]
+    rows, _ = summarize_runs(runs)
+    assert "vs fair:" not in format_comparison(rows)  # no real-vs-simulated comparison
+    assert sorted(load_runs([sim_dir / "fair", sim_dir / "fifo"])) == ["fair", "fifo"]
