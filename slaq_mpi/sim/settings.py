@@ -13,7 +13,7 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
         jobs: 160              # N arrivals, each a copy of one `jobs:` entry (a template)
         mean_gap: 15.0         # Poisson arrivals: exponential gaps with this mean (seconds)
         start: 0.0             # first arrival time
-        mix: {logreg-a: 2}     # template weights (default: equal)
+        mix: {logreg-a: 2}     # template weights; a template left out has weight 0 (no mix: all equal)
         size_jitter: 0.3       # sigma of a lognormal factor on each job's work
       work_scale: 1.0          # multiplies every job's work (calibration knob)
       scaling:                 # seconds/iter(a) = work/a + overhead + comm * log2(a)
