@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import load_solver
-from slaq_mpi import checkpoint, comm
+from slaq_mpi import _early_signals, checkpoint, comm
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.datasets import materialize
 from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
@@ -328,6 +328,7 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
     so a run never hangs with workers waiting for a plan that will not come."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _on_signal)
+    _received.extend(_early_signals.received)  # a stop asked for while the ranks were starting
     coord = None
     try:
         if resume:

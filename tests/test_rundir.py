@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -137,3 +138,26 @@ def test_the_start_is_when_slaq_run_launched_the_ranks(monkeypatch: pytest.Monke
     assert start_time(100.0) == 96.5
     monkeypatch.setenv("SLAQ_LAUNCHED_AT", "not a time")
     assert start_time(100.0) == 100.0
+
+
+@pytest.mark.parametrize(("argv", "env", "kept"), [
+    (["run", "c.yaml"], {"PMI_RANK": "0"}, True),     # a rank of slaq run: the signal is kept
+    (["validate", "c.yaml"], {"PMI_RANK": "0"}, False),  # any other command: Python's default
+    (["run", "c.yaml"], {}, False),                   # the launcher itself forwards signals
+])
+def test_a_stop_signal_while_a_rank_starts_is_kept(argv: list[str], env: dict[str, str], kept: bool) -> None:
+    code = textwrap.dedent("""
+        import os, signal, sys
+        sys.argv[1:] = ARGV
+        import slaq_mpi._early_signals as early
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("alive", early.received)
+    """).replace("ARGV", repr(argv))
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")}
+    proc = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True,
+                          text=True, timeout=60)
+    if kept:
+        assert proc.returncode == 0 and f"alive [{int(signal.SIGTERM)}]" in proc.stdout, proc.stderr
+    else:
+        assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stdout)
