@@ -13,7 +13,7 @@ from pathlib import Path
 
 from slaq_mpi import config, rundir
 from slaq_mpi.config import ExperimentSpec
-from slaq_mpi.errors import ConfigError
+from slaq_mpi.errors import EXIT_DONE, EXIT_FAILED, ConfigError
 
 # Environment variables that MPI launchers (Hydra, srun --mpi=pmi2, Open MPI, PMIx) set.
 _LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -59,6 +59,22 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
     spec = config.load(args.config)
     config.require_live(spec)
     return spec, spec.output_dir, False
+
+
+def _finished_status(run_dir: Path) -> int | None:
+    """The exit status of a finished run (1 if a job failed, else 0); None if it can go on."""
+    import json
+
+    try:
+        finished = bool(json.loads((run_dir / "state.json").read_text()).get("finished"))
+        if not finished:
+            return None
+        from slaq_mpi.sim.h5io import read_metrics
+
+        jobs = read_metrics(run_dir).jobs.values()
+    except (OSError, ValueError, AttributeError):
+        return None  # let the run itself look at it
+    return EXIT_FAILED if any(j.status == "failed" for j in jobs) else EXIT_DONE
 
 
 def _check_unchanged(run_dir: Path, saved: Path) -> None:
@@ -128,7 +144,13 @@ def run_command(args: argparse.Namespace) -> int:
     """The ``slaq run`` command; returns the exit status."""
     started = time.time()
     if not under_mpi():
-        spec, run_dir, _ = _spec_and_dir(args)
+        spec, run_dir, resume = _spec_and_dir(args)
+        if resume:
+            status = _finished_status(run_dir)
+            if status is not None:
+                print(f"slaq: {run_dir} has finished; nothing to resume (slaq report {run_dir} "
+                      "shows its results)", flush=True)
+                return status
         exe = find_mpiexec(args.mpiexec)
         rundir.check_free(run_dir)  # before any rank starts
         os.environ[_LAUNCHED_AT] = repr(started)  # a STOP made while the ranks start is kept

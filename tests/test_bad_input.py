@@ -399,3 +399,33 @@ def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str],
     cfg.write_text(yaml.safe_dump(_with(["jobs", 1, "algorithm"], ref)))
     _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "jobs[1].algorithm", ref,
              "does not load", *needles)
+
+
+@pytest.mark.parametrize(("status", "code"), [("done", 0), ("failed", 1)])
+def test_resuming_a_finished_run_launches_nothing(status: str, code: int, tmp_path: Path) -> None:
+    import json
+
+    import h5py
+    import numpy as np
+
+    run = tmp_path / "runs" / "t"
+    run.mkdir(parents=True)
+    text = yaml.safe_dump(GOOD, sort_keys=False)
+    (run / "config.yaml").write_text(text)
+    (run / "state.json").write_text(json.dumps({"epoch": 9, "elapsed": 15.0, "finished": True}))
+    (run / "STOP").touch()  # left over: must not turn the answer into "stopped"
+    with h5py.File(run / "metrics.h5", "w") as f:
+        f.attrs["config"] = text
+        for name in ("a", "b"):
+            g = f.create_group(f"jobs/{name}")
+            for key in ("loss", "time", "iter_seconds"):
+                g[key] = np.zeros(0)
+            g["cores"] = np.zeros(0, dtype="i4")
+            g.attrs["status"] = status if name == "b" else "done"
+        epochs = f.create_group("epochs")
+        epochs["time"] = np.zeros(0)
+        epochs["alloc"] = np.zeros((0, 2), dtype="i4")
+    proc = run_slaq(["run", "--resume", str(run), "--mpiexec", "/nonexistent"], cwd=tmp_path)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "has finished; nothing to resume" in proc.stdout and "starting" not in proc.stdout
+    assert json.loads((run / "state.json").read_text())["elapsed"] == 15.0
