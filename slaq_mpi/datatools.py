@@ -83,6 +83,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     fmt = args.format or {".csv": "csv", ".npy": "npy"}.get(src.suffix.lower(), "libsvm")
     if not src.is_file():
         raise ConfigError("input", str(src), "it must be an existing file")
+    if src.suffix.lower() == ".npz" and args.format is None:
+        raise ConfigError("input", str(src), "a .npz archive holds several arrays; save the "
+                          "features as one 2-D array with numpy.save (.npy)")
     if args.labels and fmt != "npy":
         raise ConfigError("--labels", args.labels, f"applies to .npy input only; {fmt} input "
                           "carries its labels in a column (--label-column)" if fmt == "csv" else
@@ -155,7 +158,10 @@ def _libsvm_lines(path: Path) -> Iterator[tuple[int, float, list[int], list[floa
     """(line number, label, indices, values) of every data line; raises on a bad line."""
     with open(path, encoding="utf-8-sig", errors="replace") as fh:  # -sig: drop a BOM
         for lineno, line in enumerate(fh, 1):
-            text = line.split("#", 1)[0].strip()
+            text = line.split("#", 1)[0].strip()  # a comment may hold any bytes
+            if "\x00" in text or "\ufffd" in text:
+                raise DataError(f"{path}:{lineno}: not text (a binary file?); LibSVM input is "
+                                "lines of 'label index:value ...'")
             if not text:
                 continue
             tokens = text.split()

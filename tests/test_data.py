@@ -250,3 +250,14 @@ def test_npy_label_column_out_of_range_and_both_label_sources(tmp_path: Path, ca
     assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out),
                       "--labels", str(tmp_path / "missing.npy")]) == 2
     assert "missing.npy: not a readable .npy array" in capsys.readouterr().err
+
+
+def test_npz_and_binary_inputs_are_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    np.savez(tmp_path / "a.npz", X=np.zeros((3, 2)))
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npz"), str(tmp_path / "o.h5")]) == 2
+    assert "a .npz archive holds several arrays" in capsys.readouterr().err
+    (tmp_path / "b.bin").write_bytes(b"\x00\x01\xff\xfe binary")
+    assert slaq_main(["data", "convert", str(tmp_path / "b.bin"), str(tmp_path / "o.h5")]) == 2
+    err = capsys.readouterr().err
+    assert "b.bin:1: not text" in err and "\\x00" not in err
+    assert not (tmp_path / "o.h5").exists()
