@@ -208,13 +208,13 @@ def observed(run: RunData) -> RunData:
     end = observed_end(run)
     if not math.isfinite(end):
         return run
-    keep = [n for n in run.job_names
+    cols = [i for i, n in enumerate(run.job_names)
             if run.jobs[n].arrival < end or len(run.jobs[n].loss) or math.isfinite(run.jobs[n].end)]
-    if len(keep) == len(run.job_names):
+    if len(cols) == len(run.job_names):
         return run
-    cols = [run.job_names.index(n) for n in keep]
+    keep = [run.job_names[i] for i in cols]
     return replace(run, jobs={n: run.jobs[n] for n in keep}, job_names=keep,
-                               alloc=np.asarray(run.alloc)[:, cols])
+                   alloc=np.asarray(run.alloc)[:, cols])
 
 
 def _span(run: RunData) -> tuple[float, float]:

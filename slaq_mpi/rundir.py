@@ -20,8 +20,8 @@ from typing import IO
 from slaq_mpi.errors import ConfigError
 
 __all__ = [
-    "STOP_FILE", "check_free", "check_own_dir", "clear_stale_stop", "hold", "holding", "lock_path",
-    "move_aside",
+    "STOP_FILE", "check_free", "check_own_dir", "clear_stale_stop", "fresh_output", "hold",
+    "lock_path", "move_aside",
 ]
 
 STOP_FILE = "STOP"  # created in the run directory to ask a running coordinator to stop
@@ -77,12 +77,19 @@ def hold(run_dir: str | Path) -> None:
 
 
 @contextmanager
-def holding(run_dir: str | Path) -> Iterator[None]:
-    """Lock ``run_dir`` for the ``with`` block (``slaq simulate --out``), or raise
-    :class:`ConfigError` if a running slaq run or simulation holds it."""
-    fh = _take(run_dir)
+def fresh_output(path: str | Path, key: str) -> Iterator[Path | None]:
+    """An output directory of its own (:func:`check_own_dir`), locked for the ``with`` block
+    and emptied by moving an earlier run aside (:func:`move_aside`); yields where that went
+    (None if there was nothing). For ``slaq simulate --out`` and ``slaq sim-check --out``.
+
+    Raises:
+        ConfigError: a path :func:`check_own_dir` refuses, or one a running slaq run or
+            simulation holds.
+    """
+    check_own_dir(path, key)
+    fh = _take(path)
     try:
-        yield
+        yield move_aside(path)
     finally:
         fh.close()
 

@@ -51,11 +51,12 @@ LIVE_POLICY_NAMES: tuple[str, ...] = POLICY_NAMES
 def _check_params(name: str, cls: type, params: dict[str, Any]) -> None:
     """Names and types of ``params`` against the policy's constructor (bool, int, float, str)."""
     sig = inspect.signature(cls.__init__)
-    known = [p for p in sig.parameters.values() if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+    known = [p.name for p in sig.parameters.values()
+             if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
     hints = typing.get_type_hints(cls.__init__)
     for key, value in params.items():
-        if key not in {p.name for p in known}:
-            allowed = ", ".join(p.name for p in known) or "none"
+        if key not in known:
+            allowed = ", ".join(known) or "none"
             raise PolicyError(f"policy {name!r} has no parameter {key!r}; allowed: {allowed}")
         want = hints.get(key)
         if want is bool:

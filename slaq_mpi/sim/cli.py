@@ -69,14 +69,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     library = CurveLibrary.load(parse_settings(spec).curve_file)  # all input checked first
     out = Path(args.out) if args.out else None
     say = _progress(args)
-    if out is not None:
-        rundir.check_own_dir(out, "--out")
-    # --out: not a directory a running slaq run or simulation is writing
-    with rundir.holding(out) if out is not None else contextlib.nullcontext():
-        if out is not None:
-            aside = rundir.move_aside(out)  # never mix with, or overwrite, an earlier simulation
-            if aside is not None:
-                say(f"moved the previous contents of {out} to {aside}")
+    # never mix with, or overwrite, an earlier simulation or a running one
+    with rundir.fresh_output(out, "--out") if out is not None else contextlib.nullcontext() as aside:
+        if aside is not None:
+            say(f"moved the previous contents of {out} to {aside}")
         runs = run_policies(spec, args.policy or None, out=out, progress=say,
                             max_epochs=args.max_epochs, library=library)
     rows, window = summarize_runs(runs)
@@ -119,9 +115,7 @@ def cmd_sim_check(args: argparse.Namespace) -> int:
         if out == real or out in real.parents:
             raise ConfigError("--out", args.out, f"must not be the real run's directory or hold it "
                               f"({args.run_dir}); an earlier simulation there is moved aside")
-        rundir.check_own_dir(args.out, "--out")
-        with rundir.holding(args.out):
-            aside = rundir.move_aside(args.out)
+        with rundir.fresh_output(args.out, "--out") as aside:
             if aside is not None and not args.json:
                 print(f"moved the previous contents of {args.out} to {aside}")
             cmp = compare_with_run(args.run_dir, out=args.out, epoch_model=args.epoch_model)
