@@ -108,7 +108,7 @@ def start_time(now: float) -> float:
         return now
 
 
-def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str) -> int:
+def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started: float) -> int:
     cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {' '.join(cmd)}", flush=True)
@@ -125,7 +125,9 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str) -> int:
     # second Ctrl-C forwarded makes mpiexec abort at once).
     for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    child = subprocess.Popen(cmd, start_new_session=True)
+    # the ranks learn when this run started: a STOP made while they start is kept
+    env = {**os.environ, _LAUNCHED_AT: repr(started)}
+    child = subprocess.Popen(cmd, start_new_session=True, env=env)
     for signum in pending:
         child.send_signal(signum)
     return child.wait()
@@ -153,8 +155,7 @@ def run_command(args: argparse.Namespace) -> int:
                 return status
         exe = find_mpiexec(args.mpiexec)
         rundir.check_free(run_dir)  # before any rank starts
-        os.environ[_LAUNCHED_AT] = repr(started)  # a STOP made while the ranks start is kept
-        return _relaunch(args, spec, exe)
+        return _relaunch(args, spec, exe, started)
     started = start_time(started)
     from slaq_mpi import comm
 
