@@ -288,6 +288,7 @@ def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
     attrs = {
         "name": spec.name, "policy": spec.policy, "seed": spec.seed, "capacity": capacity,
         "epoch_seconds": spec.epoch_seconds, "mode": "run", "config": spec.source,
+        "workdir": os.getcwd(),  # where config.yaml's relative paths point (for --resume)
     }
     return RunRecord(attrs=attrs, jobs=jobs)
 

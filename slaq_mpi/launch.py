@@ -45,12 +45,13 @@ def find_mpiexec(explicit: str | None) -> str:
 
 def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
     if args.resume:
-        run_dir = Path(args.resume)
+        run_dir = Path(args.resume).absolute()
         saved = run_dir / "config.yaml"
         if not (run_dir / "state.json").is_file() or not saved.is_file():
-            raise ConfigError("--resume", str(run_dir), "must be a run directory of an earlier "
+            raise ConfigError("--resume", args.resume, "must be a run directory of an earlier "
                               "slaq run (with state.json and config.yaml)")
         _check_unchanged(run_dir, saved)
+        _enter_start_dir(run_dir)
         spec = config.load(saved)
         config.require_live(spec)
         return spec, run_dir, True
@@ -95,6 +96,32 @@ def _check_unchanged(run_dir: Path, saved: Path) -> None:
                           "restore it, or start a new run with slaq run CONFIG")
 
 
+def _enter_start_dir(run_dir: Path) -> None:
+    """Work in the directory the run started in (kept in metrics.h5), where the relative paths
+    of its config.yaml (datasets, solver files, output_dir) point; a resume may be started
+    from anywhere. A run whose start directory is gone stays here, and says so."""
+    import h5py
+
+    try:
+        with h5py.File(run_dir / "metrics.h5", "r") as f:
+            start = f.attrs.get("workdir")
+    except OSError:
+        return
+    if isinstance(start, bytes):
+        start = start.decode()
+    if not isinstance(start, str) or not start or Path(start) == Path.cwd():
+        return
+    if not Path(start).is_dir():
+        if not under_mpi():
+            print(f"slaq: the run started in {start}, which is gone; relative paths in "
+                  f"{run_dir / 'config.yaml'} are read from here", flush=True)
+        return
+    os.chdir(start)
+    if not under_mpi():
+        print(f"slaq: resuming in {start}, where the run started (relative paths in its "
+              "config.yaml are read from there)", flush=True)
+
+
 _LAUNCHED_AT = "SLAQ_LAUNCHED_AT"  # when `slaq run` started mpiexec (seconds since the epoch)
 
 
@@ -110,7 +137,7 @@ def start_time(now: float) -> float:
 
 def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started: float) -> int:
     cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
-    cmd += ["--resume", args.resume] if args.resume else [args.config]
+    cmd += ["--resume", str(Path(args.resume).absolute())] if args.resume else [args.config]
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {' '.join(cmd)}", flush=True)
     pending: list[int] = []
     child: subprocess.Popen[bytes] | None = None

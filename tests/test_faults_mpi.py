@@ -101,6 +101,35 @@ def test_signal_stops_then_resume_finishes_exactly(tmp_path: Path, signum: int) 
     _check_equal_to_reference(cfg, run, tmp_path)
 
 
+def test_resume_from_another_directory_reads_relative_paths_where_the_run_started(tmp_path: Path) -> None:
+    from slaq_mpi.datasets import DatasetSpec, generate
+
+    proj, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    (proj / "solvers").mkdir(parents=True)
+    elsewhere.mkdir()
+    (proj / "solvers" / "faulty.py").write_text((ROOT / "tests" / "solvers" / "faulty.py").read_text())
+    generate(DatasetSpec(generator="classification", params={"rows": 8000, "features": 10}),
+             proj / "train.h5", 4)
+    raw = yaml.safe_load((ROOT / "tests" / "configs" / "faults.yaml").read_text())
+    raw["output_dir"] = "run"
+    raw["jobs"].append({"name": "mine", "algorithm": "solvers/faulty.py:RaisesAt",
+                        "hyperparameters": {"at": 10**6}, "arrival": 0, "dataset": {"path": "train.h5"},
+                        "stop": {"max_iterations": 2000}})
+    (proj / "exp.yaml").write_text(yaml.safe_dump(raw))
+    proc = _start(Path("exp.yaml"), proj)
+    _wait_epochs(proj / "run", proc, 3)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out + err
+    res = run_slaq(["run", "--resume", "../proj/run"], cwd=elsewhere, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"resuming in {proj}" in res.stdout, res.stdout
+    assert _resume_points(res.stdout).get("mine", (0, 0))[0] > 0, res.stdout
+    with h5py.File(proj / "run" / "metrics.h5") as f:
+        assert {n: g.attrs["status"] for n, g in f["jobs"].items()} == dict.fromkeys(f["jobs"], "done")
+    assert not (elsewhere / "run").exists() and list(elsewhere.iterdir()) == []
+
+
 def test_sigkill_of_a_worker_then_resume(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     run = tmp_path / "run"
