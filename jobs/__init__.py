@@ -68,8 +68,10 @@ def _check_solver_class(cls: object, what: str) -> None:
         raise TypeError(f"{what} is not a subclass of jobs.Solver (see docs/solvers.md)")
     if cls.convergence not in ("sublinear", "linear"):
         raise TypeError(f"{what}: convergence is {cls.convergence!r}; allowed: sublinear, linear")
-    for attr in ("allowed", "row_limited"):
-        unknown = set(getattr(cls, attr)) - set(cls.defaults)
+    named = {"allowed": set(cls.allowed), "row_limited": set(cls.row_limited),
+             "class_count": {cls.class_count} - {""}}
+    for attr, names in named.items():
+        unknown = names - set(cls.defaults)
         if unknown:
             raise TypeError(f"{what}: {attr} names {', '.join(sorted(unknown))}, which "
                             "defaults does not have")

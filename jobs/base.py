@@ -133,6 +133,8 @@ class Solver(ABC):
         row_limited: hyperparameters that must not exceed the dataset's rows (clusters,
             components drawn from distinct rows).
         needs_labels: whether the dataset must carry ``y``.
+        class_count: the hyperparameter that, when above 0, is the number of classes: the
+            labels must be below it (``slaq validate`` checks it against the data).
     """
 
     convergence: ClassVar[str] = "sublinear"
@@ -140,6 +142,7 @@ class Solver(ABC):
     allowed: ClassVar[dict[str, Allowed]] = {}
     row_limited: ClassVar[tuple[str, ...]] = ()
     needs_labels: ClassVar[bool] = True
+    class_count: ClassVar[str] = ""
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
         self.comm = comm

@@ -30,6 +30,7 @@ class MLPClassifier(Solver):
         "l2": NON_NEGATIVE, "classes": NON_NEGATIVE,
     }
     label_kind: ClassVar[str] = "classes"
+    class_count: ClassVar[str] = "classes"
     dataset_kind: ClassVar[str] = "blobs"
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):

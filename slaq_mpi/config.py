@@ -21,6 +21,7 @@ from slaq_mpi.datasets import (
     DatasetSpec,
     check_file,
     generator_label_problem,
+    generator_top_label,
 )
 from slaq_mpi.errors import ConfigError, DataError
 
@@ -225,7 +226,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
             ok, val = True, float(val)
         if not ok:
             raise ConfigError(f"{where}.hyperparameters.{key}", val, f"must be of type {want.__name__}")
-    dataset, rows = _dataset(_req(job, "dataset", where), f"{where}.dataset", check_files, solver)
+    dataset, rows, top = _dataset(_req(job, "dataset", where), f"{where}.dataset", check_files, solver)
     problem = getattr(solver, "hyperparameter_problem", None)  # a user solver may lack it
     params = {**solver.defaults, **hyper}
     found = problem(params, rows) if problem is not None else None
@@ -233,6 +234,11 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
         key, allowed = found
         raise ConfigError(f"{where}.hyperparameters.{key}", params[key],
                           allowed + ("" if key in hyper else " (this is the default; set it)"))
+    count = getattr(solver, "class_count", "")  # the hyperparameter that counts classes
+    if count and top is not None and 0 < params[count] <= top:
+        raise ConfigError(f"{where}.hyperparameters.{count}", params[count],
+                          f"the labels go up to {top:g}: must be at least {top + 1:g}, or 0 to "
+                          "count the classes from the labels")
     stop = _stop(job.get("stop", {}) or {}, f"{where}.stop")
     max_cores = job.get("max_cores")
     if max_cores is not None:
@@ -270,8 +276,10 @@ def _solver_class(algorithm: Any, where: str) -> Any:
                           f"({exc.__class__.__name__}: {exc})") from None
 
 
-def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> tuple[DatasetSpec, int | None]:
-    """The dataset spec and its row count (None for a file that was not opened)."""
+def _dataset(raw: Any, where: str, check_files: bool,
+             solver: Any) -> tuple[DatasetSpec, int | None, float | None]:
+    """The dataset spec, its row count and its highest label (None: a file that was not
+    opened, or labels that are not read)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(where, raw, "must be {path: file.h5} or {generator: NAME, rows: N, features: N}")
     if "path" in raw:
@@ -279,15 +287,16 @@ def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> tuple[Data
         path = raw["path"]
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{where}.path", path, "must be a file path")
-        rows = None
+        rows, top = None, None
         if check_files:
             if not Path(path).is_file():
                 raise ConfigError(f"{where}.path", path, "the file does not exist")
             try:
-                rows = check_file(path, solver).rows
+                info = check_file(path, solver)
             except DataError as exc:
                 raise ConfigError(f"{where}.path", path, f"bad data file: {exc}") from None
-        return DatasetSpec(path=str(Path(path).resolve())), rows
+            rows, top = info.rows, info.top_label
+        return DatasetSpec(path=str(Path(path).resolve())), rows, top
     gen = raw.get("generator")
     if gen not in GENERATORS:
         raise ConfigError(
@@ -311,7 +320,7 @@ def _dataset(raw: Any, where: str, check_files: bool, solver: Any) -> tuple[Data
     if problem is not None:
         suggest = getattr(solver, "dataset_kind", None)
         raise ConfigError(f"{where}.generator", gen, problem + (f" (use {suggest!r})" if suggest else ""))
-    return DatasetSpec(generator=str(gen), params=out), out["rows"]
+    return DatasetSpec(generator=str(gen), params=out), out["rows"], generator_top_label(str(gen), out)
 
 
 def _stop(raw: Any, where: str) -> StopRule:

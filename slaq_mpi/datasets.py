@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ class DatasetInfo:
     features: int
     has_labels: bool
     sparse: bool
+    top_label: float | None = None  # the highest label (set by check_file; None: not read)
 
 
 #: What h5py raises on a damaged file, depending on where the damage is (a wrong B-tree
@@ -156,6 +158,15 @@ GENERATOR_REQUIRED: dict[str, type] = {"rows": int, "features": int}
 #: Which label kinds (a solver's ``label_kind``) accept the labels of each kind a generator writes.
 _ACCEPTS = {"binary": {"binary"}, "classes": {"binary", "classes"},
             "real": {"binary", "classes", "real"}}
+
+
+def generator_top_label(generator: str, params: Mapping[str, Any]) -> float | None:
+    """The highest label ``generator`` writes with ``params`` (None: real-valued or none)."""
+    if generator == "classification":
+        return 1.0
+    if generator == "blobs":
+        return float(int(params.get("centers", 8)) - 1)
+    return None
 
 
 def generator_label_problem(generator: str, params: Mapping[str, Any], solver: Any) -> str | None:
@@ -344,7 +355,8 @@ def check_file(path: str | Path, solver: Any) -> DatasetInfo:
             else:
                 _scan_dense(path, f["X"], info)
             if info.has_labels:
-                _scan_labels(path, f["y"], getattr(solver, "label_kind", None))
+                top = _scan_labels(path, f["y"], getattr(solver, "label_kind", None))
+                info = replace(info, top_label=top)
     except DataError:
         raise
     except H5_DAMAGE as exc:
@@ -422,8 +434,10 @@ _LABEL_RULES: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
 }
 
 
-def _scan_labels(path: str | Path, y: h5py.Dataset, kind: str | None) -> None:
+def _scan_labels(path: str | Path, y: h5py.Dataset, kind: str | None) -> float | None:
+    """Check every label against the rule of ``kind``; returns the highest (None: no rows)."""
     _numeric(path, "y", y)
+    top: float | None = None
     ok, rule = _LABEL_RULES.get(kind or "real", _LABEL_RULES["real"])
     step = CHUNK_ROWS * 16
     for lo in range(0, y.shape[0], step):
@@ -434,6 +448,9 @@ def _scan_labels(path: str | Path, y: h5py.Dataset, kind: str | None) -> None:
             i = int(np.flatnonzero(bad)[0])
             why = "labels must be finite" if not finite[i] else f"{rule} for this algorithm"
             raise DataError(f"{path}: row {lo + i}: y is {block[i]}; {why}")
+        if block.size:
+            top = max(float(block.max()), -math.inf if top is None else top)
+    return top
 
 
 def read_shard(path: str | Path, rank: int, size: int) -> Shard:

@@ -94,6 +94,10 @@ CASES = {
     "supervised job on documents": (_with(["jobs", 0, "dataset"], {"generator": "documents", "rows": 100,
                                                                    "features": 30}),
                                     ["jobs[0].dataset.generator", "writes no labels"]),
+    "mlp with fewer classes than the labels": (
+        _with(["jobs", 0], {"name": "a", "algorithm": "mlp", "hyperparameters": {"classes": 3},
+                            "dataset": {"generator": "blobs", "rows": 100, "features": 3, "centers": 4}}),
+        ["jobs[0].hyperparameters.classes", "3", "labels go up to 3", "at least 4", "or 0"]),
     "missing name": ({k: v for k, v in GOOD.items() if k != "name"}, ["name", "required"]),
     "jobs not a list": (_with(["jobs"], {"a": 1}), ["jobs", "non-empty list"]),
 }
@@ -381,6 +385,11 @@ class Quadratic(Solver):
 class Misnamed(Solver):
     defaults = {"step": 0.5}
     allowed = {"stepp": Allowed(lo=0)}
+
+
+class Uncounted(Solver):
+    defaults = {"step": 0.5}
+    class_count = "classes"
 '''
 
 
@@ -389,6 +398,7 @@ class Misnamed(Solver):
     ("solver.py:np", ["not a subclass of jobs.Solver"]),
     ("solver.py:Quadratic", ["convergence is 'quadratic'", "sublinear, linear"]),
     ("solver.py:Misnamed", ["allowed names stepp"]),
+    ("solver.py:Uncounted", ["class_count names classes"]),
     ("solver.py:Nope", ["has no attribute 'Nope'"]),
     ("broken.py:X", ["ZeroDivisionError"]),
 ])
@@ -399,6 +409,27 @@ def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str],
     cfg.write_text(yaml.safe_dump(_with(["jobs", 1, "algorithm"], ref)))
     _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "jobs[1].algorithm", ref,
              "does not load", *needles)
+
+
+@pytest.mark.parametrize(("classes", "ok"), [(2, False), (3, True), (0, True)])
+def test_mlp_classes_are_checked_against_a_data_files_labels(classes: int, ok: bool,
+                                                              tmp_path: Path) -> None:
+    import h5py
+    import numpy as np
+
+    with h5py.File(tmp_path / "three.h5", "w") as f:
+        f["X"] = np.random.default_rng(0).normal(size=(30, 4))
+        f["y"] = np.arange(30) % 3  # labels 0, 1, 2
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "t", "ranks": 2, "output_dir": str(tmp_path / "run"),
+        "jobs": [{"name": "m", "algorithm": "mlp", "hyperparameters": {"classes": classes},
+                  "dataset": {"path": str(tmp_path / "three.h5")}}]}))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    if ok:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    else:
+        _refused(proc, "jobs[0].hyperparameters.classes", "labels go up to 2", "at least 3")
 
 
 @pytest.mark.parametrize(("status", "code"), [("done", 0), ("failed", 1)])
