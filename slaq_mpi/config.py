@@ -191,6 +191,7 @@ def _output_dir(val: Any, check_files: bool) -> Path:
 def _policy(val: Any) -> tuple[str, dict[str, Any]]:
     from slaq_mpi.policies import PolicyError, get_policy
 
+    params: Mapping[str, Any]
     if isinstance(val, str):
         name, params = val, {}
     elif isinstance(val, Mapping):

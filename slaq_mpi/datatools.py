@@ -169,7 +169,8 @@ def _libsvm_lines(path: Path) -> Iterator[tuple[int, float, list[int], list[floa
                 label = float(tokens[0])
             except ValueError:
                 raise DataError(f"{path}:{lineno}: the label {tokens[0]!r} is not a number") from None
-            idx, vals = [], []
+            idx: list[int] = []
+            vals: list[float] = []
             for tok in tokens[1:]:
                 key, sep, val = tok.partition(":")
                 if key == "qid":
@@ -198,7 +199,8 @@ def convert_libsvm(src: Path, out: Path, zero_based: bool = False, features: int
 
     Labels that are exactly -1 and +1 become 0 and 1 (the binary convention of the solvers).
     """
-    rows, lo_idx, hi_idx, labels = 0, math.inf, -1, set()
+    rows, lo_idx, hi_idx = 0, math.inf, -1
+    labels: set[float] = set()
     for _, label, idx, _ in _libsvm_lines(src):
         rows += 1
         if idx:
@@ -318,18 +320,19 @@ def _split_label(block: np.ndarray, lab: int | None) -> tuple[np.ndarray, np.nda
 
 # --- .npy --------------------------------------------------------------------------------------
 
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+
+
 def convert_npy(src: Path, out: Path, label_column: int | None = None, labels: Path | None = None) -> None:
     """Convert a 2-D .npy array (memory-mapped, copied in chunks) to a dense HDF5 file."""
     if labels is not None and label_column is not None:
         raise ConfigError("--labels", str(labels), "give the labels either as a file (--labels) or "
                           "as a column (--label-column), not both")
-    arrays = []
-    for path in (src, labels):
-        try:
-            arrays.append(np.load(path, mmap_mode="r", allow_pickle=False) if path else None)
-        except (ValueError, OSError) as exc:
-            raise DataError(f"{path}: not a readable .npy array ({exc})") from None
-    arr, y_all = arrays
+    arr, y_all = _load_npy(src), (_load_npy(labels) if labels is not None else None)
     if arr.ndim != 2 or arr.dtype.kind not in "fiub":
         raise DataError(f"{src}: array of shape {arr.shape} and dtype {arr.dtype}; want 2-D numeric")
     rows, width = arr.shape

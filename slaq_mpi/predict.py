@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
+from typing import Any
 
 import numpy as np
 
@@ -157,8 +158,9 @@ class CurveFit:
 
     def take(self, rows: np.ndarray) -> CurveFit:
         """The fits of the jobs ``rows`` (an index array), in that order."""
-        return CurveFit(**{f: None if getattr(self, f) is None else getattr(self, f)[rows]
-                           for f in self.__dataclass_fields__})
+        parts: dict[str, Any] = {f: None if getattr(self, f) is None else getattr(self, f)[rows]
+                                 for f in self.__dataclass_fields__}
+        return CurveFit(**parts)
 
     def scatter(self, rows: np.ndarray, other: CurveFit) -> CurveFit:
         """These fits with rows ``rows`` replaced by ``other``'s, row for row."""
@@ -381,13 +383,13 @@ def fit_windows_warm(
     fam = np.where(unknown, FAMILY_SUBLINEAR, classes).astype(np.int8)
     amp, off, p1, p2 = np.zeros(jobs), np.zeros(jobs), np.zeros(jobs), np.zeros(jobs)
     sse = np.full(jobs, np.inf)
-    # one pass per family; an unknown class is fitted as both and linear must fit clearly better
-    for col, (family, members) in enumerate(((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
+    # one pass per kind; an unknown class is fitted as both and linear must fit clearly better
+    for col, (kind, members) in enumerate(((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
                                              (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown))):
         idx = np.flatnonzero(members & fit_ok)
         if not idx.size:
             continue
-        sub = family == FAMILY_SUBLINEAR
+        sub = kind == FAMILY_SUBLINEAR
         f_p1, f_p2, f_amp, f_off = (np.zeros(idx.size) for _ in range(4))
         f_sse = np.full(idx.size, np.inf)
         cold = np.ones(idx.size, dtype=bool)
@@ -399,7 +401,7 @@ def fit_windows_warm(
                 if not group.any():
                     continue
                 sel = idx[group]
-                fam_arr = np.full(sel.size, family, dtype=np.int8)
+                fam_arr = np.full(sel.size, kind, dtype=np.int8)
                 w1, w2 = shift_params(fam_arr, warm.p1[sel, col], warm.p2[sel, col],
                                       np.asarray(shift, dtype=np.float64)[sel])
                 r = refine(w1, w2, sub, y[sel], w[sel], mask[sel], valid_n[sel] >= MIN_FULL_POINTS,
@@ -413,7 +415,7 @@ def fit_windows_warm(
         if cold.any():
             rows_c = np.flatnonzero(cold)
             sel = idx[rows_c]
-            c_p1, c_p2, c_amp, c_off, c_sse = coarse(y[sel], w[sel], valid_n[sel], family)
+            c_p1, c_p2, c_amp, c_off, c_sse = coarse(y[sel], w[sel], valid_n[sel], kind)
             fin = np.isfinite(c_sse)
             # young jobs (short histories: the largest predicted gains, and few) get more steps
             young = fin & (valid_n[sel] < window)
@@ -432,7 +434,7 @@ def fit_windows_warm(
         take = np.ones(idx.size, bool) if sub else ~unknown[idx] | (f_sse < UNKNOWN_LINEAR_MARGIN * sse[idx])
         t = idx[take]
         amp[t], off[t], p1[t], p2[t], sse[t] = f_amp[take], f_off[take], f_p1[take], f_p2[take], f_sse[take]
-        fam[t] = family
+        fam[t] = kind
     found = fit_ok & np.isfinite(sse)
     found &= amp > 0
     family = np.where(found, fam, FAMILY_FLAT)

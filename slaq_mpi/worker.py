@@ -112,16 +112,16 @@ class Worker:
             self._drop()
         if not plan.moved:
             return
-        joining = new_job is not None and new_job in plan.moved
-        shard = None
-        if joining:
-            self.job = new_job  # an error from here on names the job being placed
-            # Read my rows before the collective split: ranks are ordered by world rank in
-            # the new group, so my position is known now, and the read overlaps the wait.
-            members = sorted(plan.ranks[new_job])
-            shard = read_shard(plan.data[new_job], members.index(self.rank), len(members))
-        group = comm.split(self.color[new_job] if joining else None, key=self.rank)
-        if group is None or shard is None or new_job is None:
+        if new_job is None or new_job not in plan.moved:
+            comm.split(None, key=self.rank)  # the split is collective: take part, join nothing
+            return
+        self.job = new_job  # an error from here on names the job being placed
+        # Read my rows before the collective split: ranks are ordered by world rank in the
+        # new group, so my position is known now, and the read overlaps the wait.
+        members = sorted(plan.ranks[new_job])
+        shard = read_shard(plan.data[new_job], members.index(self.rank), len(members))
+        group = comm.split(self.color[new_job], key=self.rank)
+        if group is None:
             return
         job = self.jobs[new_job]
         solver = load_solver(job.algorithm)(group, shard, job.hyperparameters, job.seed)

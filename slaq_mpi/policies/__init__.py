@@ -50,10 +50,11 @@ LIVE_POLICY_NAMES: tuple[str, ...] = POLICY_NAMES
 
 def _check_params(name: str, cls: type, params: dict[str, Any]) -> None:
     """Names and types of ``params`` against the policy's constructor (bool, int, float, str)."""
-    sig = inspect.signature(cls.__init__)
+    init = cls.__init__  # type: ignore[misc]
+    sig = inspect.signature(init)
     known = [p.name for p in sig.parameters.values()
              if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
-    hints = typing.get_type_hints(cls.__init__)
+    hints = typing.get_type_hints(init)
     for key, value in params.items():
         if key not in known:
             allowed = ", ".join(known) or "none"
@@ -72,7 +73,7 @@ def _check_params(name: str, cls: type, params: dict[str, Any]) -> None:
             ok = True  # other annotations are checked by the policy itself
         if not ok:
             kind = {bool: "true or false", int: "an integer", float: "a finite number",
-                    str: "a string"}[want]
+                    str: "a string"}[typing.cast(type, want)]
             raise PolicyError(f"policy {name!r} parameter {key} is {value!r}; it must be {kind}")
 
 

@@ -148,8 +148,8 @@ class UtilityPolicy:
             return {j.job_id: 0 for j in snapshot.jobs}
         capacity = int(snapshot.capacity)
         if not any(j.utility for j in snapshot.jobs):  # all best-effort: even shares
-            order = sorted(snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id))
-            admitted = order[:capacity]
+            served = sorted(snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id))
+            admitted = served[:capacity]
             caps = np.array([max(1, min(j.max_cores, capacity)) for j in admitted], dtype=np.int64)
             shares = water_fill(np.zeros(len(admitted), dtype=np.int64), caps, capacity)
             result = {j.job_id: 0 for j in snapshot.jobs}

@@ -77,6 +77,12 @@ def _text(val: object) -> str:
     return val.decode() if isinstance(val, bytes) else str(val)
 
 
+def _scaling(val: np.ndarray) -> tuple[float, float, float]:
+    """The ``scaling`` attribute: (work, overhead, comm)."""
+    work, overhead, comm = (float(x) for x in val)
+    return work, overhead, comm
+
+
 def read_metrics(path: str | Path) -> RunData:
     """Read a metrics.h5 written by ``slaq run`` or ``slaq simulate``.
 
@@ -125,7 +131,7 @@ def _read(f: h5py.File, p: Path) -> RunData:
             throughput=np.asarray(g["throughput"][()], dtype=np.float64).reshape(-1, 2)
             if "throughput" in g else None,
             utility=json.loads(_text(ga["utility"])) if "utility" in ga else None,
-            scaling=tuple(float(x) for x in ga["scaling"]) if "scaling" in ga else None,
+            scaling=_scaling(ga["scaling"]) if "scaling" in ga else None,
         )
     ep = f.get("epochs")
     if ep is not None and "time" in ep:
