@@ -87,7 +87,8 @@ class ExperimentSpec:
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (it keeps the last)."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it keeps the last), and
+    reading ``1e-4`` as a number as YAML 1.2 does (PyYAML's YAML 1.1 wants ``1.0e-4``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Mark] = {}
@@ -103,6 +104,12 @@ class _Loader(yaml.SafeLoader):
                     key_node.start_mark)
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+# exponent floats without a dot or a signed exponent (1e-4, 2E9, -3e+2): text to YAML 1.1
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:

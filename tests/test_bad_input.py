@@ -274,6 +274,22 @@ def test_data_commands_refuse_outputs_they_cannot_write(tmp_path: Path) -> None:
     assert not any((tmp_path / "outdir").iterdir())
 
 
+def test_numbers_in_exponent_form_without_a_dot_are_numbers(tmp_path: Path) -> None:
+    from slaq_mpi.config import load
+    from slaq_mpi.errors import ConfigError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: t\nepoch_seconds: 5e-1\njobs:\n  - {name: a, algorithm: logreg, "
+                   "hyperparameters: {l2: 1e-4}, stop: {tolerance: 2E-3},\n"
+                   "     dataset: {generator: classification, rows: 100, features: 3}}\n")
+    spec = load(cfg, check_files=False)
+    assert spec.epoch_seconds == 0.5
+    assert spec.jobs[0].hyperparameters["l2"] == 1e-4 and spec.jobs[0].stop.tolerance == 2e-3
+    cfg.write_text(cfg.read_text().replace("l2: 1e-4", "l2: '1e-4'"))  # quoted: text, refused
+    with pytest.raises(ConfigError, match="l2"):
+        load(cfg, check_files=False)
+
+
 def test_yaml_merge_keys_still_work_and_may_be_overridden(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(
