@@ -25,6 +25,8 @@ from slaq_mpi.datasets import (
 )
 from slaq_mpi.errors import ConfigError, DataError
 
+SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must still fit in 64 bits
+JOB_SEED_MAX = 2**63 - 1  # seeds are stored in HDF5 as 64-bit integers
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _TOP_KEYS = {
     "name", "output_dir", "epoch_seconds", "policy", "ranks", "seed", "jobs", "slurm",
@@ -149,7 +151,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     """Validate an already-parsed YAML document."""
     top = _mapping(raw, "config", _TOP_KEYS)
     name = _name(_req(top, "name", "config"), "name")
-    seed = _int(top.get("seed", 0), "seed", lo=0)
+    seed = _int(top.get("seed", 0), "seed", lo=0, hi=SEED_MAX)
     ranks = _int(top.get("ranks", 8), "ranks", lo=2)
     policy, policy_params = _policy(top.get("policy", "slaq"))
     jobs_raw = _req(top, "jobs", "config")
@@ -161,11 +163,8 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
         if job.name in seen:
             raise ConfigError(f"jobs[{i}].name", job.name, "job names must be unique")
         seen.add(job.name)
-    slurm = top.get("slurm", {}) or {}
-    simulation = top.get("simulation", {}) or {}
-    for key, val in (("slurm", slurm), ("simulation", simulation)):
-        if not isinstance(val, Mapping):
-            raise ConfigError(key, val, "must be a mapping")
+    slurm = _section(top, "slurm", "config")
+    simulation = _section(top, "simulation", "config")
     return ExperimentSpec(
         name=name,
         output_dir=_output_dir(top.get("output_dir", f"runs/{name}"), check_files),
@@ -204,9 +203,7 @@ def _policy(val: Any) -> tuple[str, dict[str, Any]]:
     elif isinstance(val, Mapping):
         _mapping(val, "policy", {"name", "params"})
         name = _req(val, "name", "policy")
-        params = val.get("params", {}) or {}
-        if not isinstance(params, Mapping):
-            raise ConfigError("policy.params", params, "must be a mapping of parameter: value")
+        params = _section(val, "params", "policy")
     else:
         raise ConfigError("policy", val, "must be a policy name or {name: ..., params: {...}}")
     try:
@@ -224,8 +221,8 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
     name = _name(_req(job, "name", where), f"{where}.name")
     algorithm = _req(job, "algorithm", where)
     solver = _solver_class(algorithm, f"{where}.algorithm")
-    hyper = job.get("hyperparameters", {}) or {}
-    hyper = _mapping(hyper, f"{where}.hyperparameters", set(solver.defaults))
+    hyper = _mapping(_section(job, "hyperparameters", where), f"{where}.hyperparameters",
+                     set(solver.defaults))
     for key, val in hyper.items():
         default = solver.defaults[key]
         want = type(default)
@@ -247,7 +244,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
         raise ConfigError(f"{where}.hyperparameters.{count}", params[count],
                           f"the labels go up to {top:g}: must be at least {top + 1:g}, or 0 to "
                           "count the classes from the labels")
-    stop = _stop(job.get("stop", {}) or {}, f"{where}.stop")
+    stop = _stop(_section(job, "stop", where), f"{where}.stop")
     max_cores = job.get("max_cores")
     if max_cores is not None:
         max_cores = _int(max_cores, f"{where}.max_cores", lo=1)
@@ -264,7 +261,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
         arrival=_float(job.get("arrival", 0.0), f"{where}.arrival", lo=0.0),
         stop=stop,
         max_cores=max_cores,
-        seed=_int(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0),
+        seed=_int(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0, hi=JOB_SEED_MAX),
         utility=dict(utility) if utility is not None else None,
     )
 
@@ -319,7 +316,8 @@ def _dataset(raw: Any, where: str, check_files: bool,
                 raise ConfigError(f"{where}.{key}", None, f"is required for generator {gen!r}")
             continue
         if want is int:
-            out[key] = _int(params[key], f"{where}.{key}", lo=0 if key == "seed" else 1)
+            out[key] = (_int(params[key], f"{where}.{key}", lo=0, hi=JOB_SEED_MAX) if key == "seed"
+                        else _int(params[key], f"{where}.{key}", lo=1))
         else:  # alpha (a Dirichlet concentration) and density must be > 0; density <= 1
             out[key] = _float(params[key], f"{where}.{key}", lo=0.0, open_lo=key in ("alpha", "density"))
             if key == "density" and out[key] > 1.0:
@@ -333,6 +331,10 @@ def _dataset(raw: Any, where: str, check_files: bool,
 
 def _stop(raw: Any, where: str) -> StopRule:
     stop = _mapping(raw, where, {"max_iterations", "tolerance"})
+    for key, val in stop.items():
+        if val is None:
+            raise ConfigError(f"{where}.{key}", val, "must be a number; leave the key out for the "
+                              "default (200 iterations when no tolerance is given)")
     max_it = stop.get("max_iterations", 200 if "tolerance" not in stop else None)
     tol = stop.get("tolerance")
     if max_it is not None:
@@ -353,6 +355,17 @@ def _mapping(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
     return raw
 
 
+def _section(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """The mapping under ``key`` (empty if the key is absent or left empty)."""
+    val = raw.get(key)
+    if val is None:
+        return {}
+    if not isinstance(val, Mapping):
+        full = key if where == "config" else f"{where}.{key}"
+        raise ConfigError(full, val, "must be a mapping of key: value (or leave the key out)")
+    return val
+
+
 def _req(raw: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in raw or raw[key] is None:
         full = key if where == "config" else f"{where}.{key}"
@@ -366,11 +379,10 @@ def _name(val: Any, where: str) -> str:
     return val
 
 
-def _int(val: Any, where: str, lo: int) -> int:
-    if isinstance(val, bool) or not isinstance(val, int):
-        raise ConfigError(where, val, f"must be an integer >= {lo}")
-    if val < lo:
-        raise ConfigError(where, val, f"must be an integer >= {lo}")
+def _int(val: Any, where: str, lo: int, hi: int | None = None) -> int:
+    allowed = f"must be an integer >= {lo}" if hi is None else f"must be an integer in [{lo}, {hi}]"
+    if isinstance(val, bool) or not isinstance(val, int) or val < lo or (hi is not None and val > hi):
+        raise ConfigError(where, val, allowed)
     return int(val)
 
 
