@@ -44,6 +44,9 @@ def find_mpiexec(explicit: str | None) -> str:
 
 
 def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
+    if args.resume and args.config:
+        raise ConfigError("config", args.config, "give an experiment YAML or --resume RUN_DIR, not both "
+                          "(a resumed run uses the config.yaml saved in RUN_DIR)")
     if args.resume:
         run_dir = Path(args.resume).absolute()
         saved = run_dir / "config.yaml"
@@ -51,6 +54,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
             raise ConfigError("--resume", args.resume, "must be a run directory of an earlier "
                               "slaq run (with state.json and config.yaml)")
         _check_unchanged(run_dir, saved)
+        args.resume = str(run_dir)  # the ranks get it absolute: the next line may change directory
         _enter_start_dir(run_dir)
         spec = config.load(saved)
         config.require_live(spec)
@@ -137,7 +141,7 @@ def start_time(now: float) -> float:
 
 def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started: float) -> int:
     cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
-    cmd += ["--resume", str(Path(args.resume).absolute())] if args.resume else [args.config]
+    cmd += ["--resume", args.resume] if args.resume else [args.config]
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {' '.join(cmd)}", flush=True)
     pending: list[int] = []
     child: subprocess.Popen[bytes] | None = None

@@ -439,6 +439,12 @@ def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str],
              "does not load", *needles)
 
 
+def test_run_refuses_a_config_and_resume_together(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(GOOD))
+    _refused(run_slaq(["run", str(cfg), "--resume", str(tmp_path)], cwd=tmp_path), "not both")
+
+
 @pytest.mark.parametrize(("classes", "ok"), [(2, False), (3, True), (0, True)])
 def test_mlp_classes_are_checked_against_a_data_files_labels(classes: int, ok: bool,
                                                               tmp_path: Path) -> None:

@@ -104,9 +104,9 @@ def test_signal_stops_then_resume_finishes_exactly(tmp_path: Path, signum: int) 
 def test_resume_from_another_directory_reads_relative_paths_where_the_run_started(tmp_path: Path) -> None:
     from slaq_mpi.datasets import DatasetSpec, generate
 
-    proj, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    proj, elsewhere = tmp_path / "proj", tmp_path / "else" / "where"
     (proj / "solvers").mkdir(parents=True)
-    elsewhere.mkdir()
+    elsewhere.mkdir(parents=True)
     (proj / "solvers" / "faulty.py").write_text((ROOT / "tests" / "solvers" / "faulty.py").read_text())
     generate(DatasetSpec(generator="classification", params={"rows": 8000, "features": 10}),
              proj / "train.h5", 4)
@@ -121,7 +121,7 @@ def test_resume_from_another_directory_reads_relative_paths_where_the_run_starte
     proc.send_signal(signal.SIGUSR1)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, out + err
-    res = run_slaq(["run", "--resume", "../proj/run"], cwd=elsewhere, timeout=300)
+    res = run_slaq(["run", "--resume", "../../proj/run"], cwd=elsewhere, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"resuming in {proj}" in res.stdout, res.stdout
     assert _resume_points(res.stdout).get("mine", (0, 0))[0] > 0, res.stdout
