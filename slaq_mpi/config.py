@@ -134,6 +134,18 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     return ExperimentSpec(**{**spec.__dict__, "source": text})
 
 
+def input_files(spec: ExperimentSpec) -> list[Path]:
+    """The files the ranks of a run of ``spec`` read once it has started: data files and user
+    solver files (every rank has read the config before the run directory is touched)."""
+    files = []
+    for job in spec.jobs:
+        if job.dataset.path:
+            files.append(Path(job.dataset.path))
+        if ".py:" in job.algorithm:
+            files.append(Path(job.algorithm.rsplit(":", 1)[0]))
+    return files
+
+
 def require_live(spec: ExperimentSpec) -> None:
     """Refuse a spec whose policy only the simulator can run (``slaq run`` and ``slaq submit``).
 

@@ -185,7 +185,9 @@ def run_command(args: argparse.Namespace) -> int:
                       "shows its results)", flush=True)
                 return status
         exe = find_mpiexec(args.mpiexec)
-        rundir.check_free(run_dir)  # before any rank starts
+        if not resume:  # before any rank starts
+            rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
+        rundir.check_free(run_dir)
         return _relaunch(args, spec, exe, started)
     started = start_time(started)
     from slaq_mpi import comm
@@ -215,6 +217,7 @@ def run_command(args: argparse.Namespace) -> int:
             if rundir.clear_stale_stop(run_dir, started):
                 print(f"slaq: removed a STOP file in {run_dir} left from before this start", flush=True)
             if not resume:
+                rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
                 _fresh_run_dir(spec)
         except OSError as exc:
             failure = ConfigError("output_dir", str(run_dir), f"cannot be used: {exc.strerror or exc}")

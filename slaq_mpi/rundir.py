@@ -12,7 +12,7 @@ import fcntl
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -20,8 +20,8 @@ from typing import IO
 from slaq_mpi.errors import ConfigError
 
 __all__ = [
-    "STOP_FILE", "check_free", "check_own_dir", "clear_stale_stop", "fresh_output", "hold",
-    "lock_path", "move_aside",
+    "STOP_FILE", "check_free", "check_fresh", "check_own_dir", "clear_stale_stop", "fresh_output",
+    "hold", "lock_path", "move_aside",
 ]
 
 STOP_FILE = "STOP"  # created in the run directory to ask a running coordinator to stop
@@ -52,6 +52,52 @@ def _open_locked(run_dir: Path) -> IO[str]:
         raise ConfigError("run directory", str(run_dir), f"another slaq run is using it "
                           f"({holder}); wait for it to end, or stop it first") from None
     return fh
+
+
+def _holder(lock: Path) -> str | None:
+    """Who holds the existing lock file ``lock`` (None: nobody, or no such file)."""
+    try:
+        fh = open(lock)  # noqa: SIM115 - closed below
+    except OSError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return fh.read().strip() or "another process"
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return None
+
+
+def check_fresh(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse ``path`` as the directory of a fresh run, which first moves whatever ``path``
+    holds aside (:func:`move_aside`): it must not be inside the directory of a running slaq
+    run, nor hold one, nor hold any of ``inputs`` (the config, data and solver files the run
+    reads).
+
+    Raises:
+        ConfigError: naming ``key`` and what is in the way.
+    """
+    where = Path(path).resolve()
+    for above in list(where.parents)[:-1]:
+        holder = _holder(lock_path(above))
+        if holder:
+            raise ConfigError(key, str(path), f"is inside {above}, the directory of a running slaq "
+                              f"run ({holder}); give this run a directory of its own")
+    for item in inputs:
+        if where in Path(item).resolve().parents:
+            raise ConfigError(key, str(path), f"holds {item}, which this run reads, and a fresh run "
+                              "first moves the directory aside; choose another output directory")
+    if not where.is_dir():
+        return
+    for root, _dirs, files in os.walk(where):
+        for name in files:
+            if name.startswith(".") and name.endswith(".lock"):
+                holder = _holder(Path(root) / name)
+                if holder:
+                    inner = Path(root) / name[1:-len(".lock")]
+                    raise ConfigError(key, str(path), f"holds {inner}, the directory of a running "
+                                      f"slaq run ({holder}); give this run a directory of its own")
 
 
 def check_free(run_dir: str | Path) -> None:
@@ -87,6 +133,7 @@ def fresh_output(path: str | Path, key: str) -> Iterator[Path | None]:
             simulation holds.
     """
     check_own_dir(path, key)
+    check_fresh(path, key)
     fh = _take(path)
     try:
         yield move_aside(path)

@@ -439,6 +439,20 @@ def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str],
              "does not load", *needles)
 
 
+def test_an_output_dir_holding_the_runs_data_is_refused(tmp_path: Path) -> None:
+    from slaq_mpi.datasets import DatasetSpec, generate
+
+    generate(DatasetSpec(generator="classification", params={"rows": 50, "features": 3}),
+             tmp_path / "exp" / "train.h5", 1)
+    raw = _with(["jobs", 0, "dataset"], {"path": "exp/train.h5"})
+    raw["output_dir"] = "exp"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    for cmd in (["validate", str(cfg)], ["run", str(cfg)]):
+        _refused(run_slaq(cmd, cwd=tmp_path), "output_dir", "exp/train.h5, which this run reads")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "exp"]  # nothing moved
+
+
 def test_run_refuses_a_config_and_resume_together(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(GOOD))

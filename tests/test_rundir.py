@@ -190,3 +190,26 @@ def test_a_stop_signal_while_a_rank_starts_is_kept(argv: list[str], env: dict[st
         assert proc.returncode == 0 and f"alive [{int(signal.SIGTERM)}]" in proc.stdout, proc.stderr
     else:
         assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stdout)
+
+
+def test_a_fresh_run_never_moves_a_live_run_or_its_own_inputs(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    live = runs / "med"
+    live.mkdir(parents=True)
+    data = tmp_path / "exp" / "train.h5"
+    data.parent.mkdir()
+    data.write_text("x")
+    held = rundir._take(live)  # a running slaq run holds runs/med
+    try:
+        with pytest.raises(ConfigError, match="holds .*med, the directory of a running slaq run"):
+            rundir.check_fresh(runs, "output_dir")  # moving runs/ aside would take med along
+        with pytest.raises(ConfigError, match="is inside .*med, the directory of a running"):
+            rundir.check_fresh(live / "sub", "output_dir")
+        with pytest.raises(ConfigError, match="already runs in it|holds .*med"):
+            rundir.check_fresh(tmp_path, "output_dir")
+    finally:
+        held.close()
+    rundir.check_fresh(runs, "output_dir")  # no longer running: an old run moves aside as usual
+    with pytest.raises(ConfigError, match="holds .*train.h5, which this run reads"):
+        rundir.check_fresh(tmp_path / "exp", "output_dir", [data])
+    rundir.check_fresh(tmp_path / "out", "output_dir", [data])
