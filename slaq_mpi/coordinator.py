@@ -25,7 +25,7 @@ from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
 from slaq_mpi.plan import Plan, Report, epoch_length
 from slaq_mpi.policies import get_policy
-from slaq_mpi.rundir import STOP_FILE
+from slaq_mpi.rundir import STOP_FILE, remove_stop
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
@@ -101,7 +101,7 @@ class Coordinator:
         comm.barrier()
         self._save(finished=status != EXIT_STOPPED)
         if status == EXIT_STOPPED:
-            (self.run_dir / STOP_FILE).unlink(missing_ok=True)
+            remove_stop(self.run_dir)
             _say(f"stopped at t={self.now():.1f}s; continue with: slaq run --resume {self.run_dir}")
         else:
             self._summary()

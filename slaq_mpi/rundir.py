@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterable, Iterator
@@ -21,7 +22,7 @@ from slaq_mpi.errors import ConfigError
 
 __all__ = [
     "STOP_FILE", "check_free", "check_fresh", "check_own_dir", "clear_stale_stop", "fresh_output",
-    "hold", "lock_path", "move_aside",
+    "hold", "lock_path", "move_aside", "remove_stop",
 ]
 
 STOP_FILE = "STOP"  # created in the run directory to ask a running coordinator to stop
@@ -147,11 +148,20 @@ def clear_stale_stop(run_dir: str | Path, started: float) -> bool:
     stop = Path(run_dir) / STOP_FILE
     try:
         if stop.stat().st_mtime < started:
-            stop.unlink()
+            remove_stop(run_dir)
             return True
     except FileNotFoundError:
         pass
     return False
+
+
+def remove_stop(run_dir: str | Path) -> None:
+    """Remove ``run_dir/STOP``, whatever was made with that name (a file, or a directory)."""
+    stop = Path(run_dir) / STOP_FILE
+    if stop.is_dir() and not stop.is_symlink():
+        shutil.rmtree(stop, ignore_errors=True)
+    else:
+        stop.unlink(missing_ok=True)
 
 
 def check_own_dir(path: str | Path, key: str) -> None:

@@ -213,3 +213,21 @@ def test_a_fresh_run_never_moves_a_live_run_or_its_own_inputs(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="holds .*train.h5, which this run reads"):
         rundir.check_fresh(tmp_path / "exp", "output_dir", [data])
     rundir.check_fresh(tmp_path / "out", "output_dir", [data])
+
+
+@pytest.mark.parametrize("kind", ["file", "dir", "dir with a file"])
+def test_a_stop_made_as_anything_is_removed(kind: str, tmp_path: Path) -> None:
+    stop = tmp_path / rundir.STOP_FILE
+    if kind == "file":
+        stop.write_text("")
+    else:
+        stop.mkdir()
+        if kind == "dir with a file":
+            (stop / "note").write_text("x")
+    old = time.time() + 10
+    assert rundir.clear_stale_stop(tmp_path, old)  # older than the start: removed
+    assert not stop.exists()
+    stop.mkdir()
+    rundir.remove_stop(tmp_path)
+    assert not stop.exists()
+    rundir.remove_stop(tmp_path)  # nothing there: fine
