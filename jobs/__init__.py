@@ -49,6 +49,11 @@ def load_solver(algorithm: str) -> type[Solver]:
     mod_name = f"slaq_user_solver_{abs(hash(str(path)))}"
     module = sys.modules.get(mod_name)
     if module is None:
+        # the file may import modules beside it, or from the directory slaq runs in (every
+        # rank, started as `python -m slaq_mpi`, has that one; the `slaq` script does not)
+        for where in (str(path.parent), str(Path.cwd())):
+            if where not in sys.path:
+                sys.path.append(where)
         spec = importlib.util.spec_from_file_location(mod_name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import fcntl
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -451,6 +454,28 @@ def test_an_output_dir_holding_the_runs_data_is_refused(tmp_path: Path) -> None:
     for cmd in (["validate", str(cfg)], ["run", str(cfg)]):
         _refused(run_slaq(cmd, cwd=tmp_path), "output_dir", "exp/train.h5, which this run reads")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "exp"]  # nothing moved
+
+
+def test_a_user_solver_may_import_modules_beside_it_or_from_the_working_directory(
+        tmp_path: Path) -> None:
+    (tmp_path / "solvers").mkdir()
+    (tmp_path / "solvers" / "helper_beside.py").write_text("STEP = 0.5\n")
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "consts.py").write_text("DEFAULTS = {'step': 0.5}\n")
+    (tmp_path / "solvers" / "mine.py").write_text(
+        "import helper_beside\nfrom mypkg.consts import DEFAULTS\nfrom jobs.base import Solver\n\n\n"
+        "class Mine(Solver):\n    convergence = 'linear'\n    defaults = dict(DEFAULTS)\n"
+        "    needs_labels = False\n")
+    cfg = tmp_path / "c.yaml"
+    raw = _with(["jobs", 1, "algorithm"], "solvers/mine.py:Mine")
+    del raw["jobs"][1]["hyperparameters"]
+    cfg.write_text(yaml.safe_dump(raw))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    slaq = Path(sys.executable).parent / "slaq"  # the console script: no working directory on sys.path
+    proc = subprocess.run([str(slaq), "validate", str(cfg)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_run_refuses_a_config_and_resume_together(tmp_path: Path) -> None:
