@@ -8,8 +8,8 @@ time it ended, plus the allocation of every epoch. The metrics follow DESIGN.md 
   iteration that ended by t (a step function);
 * a job is *active* on ``[arrival, end)``; a job that never finished stays active to the end of
   the evaluation window;
-* average normalized loss: the mean over active jobs at t, averaged over the time points of
-  the window at which at least one job is active (a uniform grid, step ``dt``);
+* average normalized loss: the mean over active jobs at t, averaged over the time of the
+  window at which at least one job is active (computed exactly: the losses are step functions);
 * **the experiment window of a comparison** (:func:`comparison_window`): runs of the same
   jobs compared together are averaged over the SAME window, from the first arrival until the
   first of them has no job left (the earliest makespan end). Over that span every run has
@@ -284,15 +284,56 @@ def avg_normalized_loss_series(run: RunData, l_star: Mapping[str, float],
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
-def average_normalized_loss(run: RunData, l_star: Mapping[str, float], dt: float | None = None,
+def _steps(run: RunData, l_star: Mapping[str, float],
+           window: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The active jobs' normalized losses as exact step functions over ``window`` (default:
+    first arrival to last end): the lengths of the pieces, and on each piece the sum of the
+    active jobs' normalized losses and their count."""
+    if window is None:
+        if not run.jobs:
+            return np.zeros(0), np.zeros(0), np.zeros(0)
+        window = _span(run)
+    times: list[np.ndarray] = []
+    d_total: list[np.ndarray] = []
+    d_count: list[np.ndarray] = []
+    for name, job in run.jobs.items():
+        end = job.end if math.isfinite(job.end) else math.inf
+        norm = np.concatenate(([1.0], normalized_loss(job.loss, float(job.loss[0]), l_star.get(name, 0.0))
+                               if len(job.loss) else []))
+        t = np.asarray(job.time, dtype=np.float64)[: len(norm) - 1]
+        keep = t < end  # iterations reported from the end on change nothing
+        t, steps = t[keep], np.diff(norm)[keep]
+        last = norm[len(t)]
+        times += [np.array([job.arrival]), t, np.array([end])]
+        d_total += [np.array([1.0]), steps, np.array([-last])]
+        d_count += [np.array([1.0]), np.zeros(len(t)), np.array([-1.0])]
+    at = np.concatenate(times)
+    cut = np.isfinite(at)
+    at, dt_, dc = at[cut], np.concatenate(d_total)[cut], np.concatenate(d_count)[cut]
+    lo, hi = window
+    edges, where = np.unique(np.concatenate((at, [lo, hi])), return_inverse=True)
+    n = len(at)
+    total = np.cumsum(np.bincount(where[:n], weights=dt_, minlength=len(edges)))
+    count = np.cumsum(np.bincount(where[:n], weights=dc, minlength=len(edges)))
+    # piece i is [edges[i], edges[i + 1]); keep the pieces inside the window
+    inside = (edges[:-1] >= lo) & (edges[1:] <= hi)
+    length = np.diff(edges)[inside]
+    return length, total[:-1][inside], np.rint(count[:-1][inside])
+
+
+def average_normalized_loss(run: RunData, l_star: Mapping[str, float],
                             window: tuple[float, float] | None = None) -> float:
-    """The series of :func:`avg_normalized_loss_series` averaged over the window."""
-    series = avg_normalized_loss_series(run, l_star, evaluation_grid(run, dt, window))
-    series = series[~np.isnan(series)]
-    return float(series.mean()) if len(series) else math.nan
+    """The mean normalized loss of the active jobs, averaged over the time of the window at
+    which at least one job is active (exactly: the losses are step functions)."""
+    length, total, count = _steps(run, l_star, window)
+    busy = count > 0
+    span = float(length[busy].sum())
+    if span <= 0:
+        return math.nan
+    return float((total[busy] / count[busy] * length[busy]).sum() / span)
 
 
-def normalized_loss_job_seconds(run: RunData, l_star: Mapping[str, float], dt: float | None = None,
+def normalized_loss_job_seconds(run: RunData, l_star: Mapping[str, float],
                                 window: tuple[float, float] | None = None) -> float:
     """Sum over jobs of their normalized loss integrated over their active time in the window.
 
@@ -300,16 +341,16 @@ def normalized_loss_job_seconds(run: RunData, l_star: Mapping[str, float], dt: f
     over active jobs it does not fall when a nearly converged job stays active longer (the
     average then has one more near-zero term); it rises by that job's remaining loss.
     """
-    grid = evaluation_grid(run, dt, window)
-    total, _ = _active_sums(run, l_star, grid)
-    return float(total.sum() * _grid_step(run, dt)) if len(grid) > 1 else 0.0
+    length, total, count = _steps(run, l_star, window)
+    return float((np.where(count > 0, total, 0.0) * length).sum())
 
 
-def mean_active_jobs(run: RunData, l_star: Mapping[str, float], dt: float | None = None,
+def mean_active_jobs(run: RunData, l_star: Mapping[str, float],
                      window: tuple[float, float] | None = None) -> float:
     """Jobs active at a time of the window, averaged over the whole window."""
-    _, count = _active_sums(run, l_star, evaluation_grid(run, dt, window))
-    return float(count.mean()) if len(count) else math.nan
+    length, _, count = _steps(run, l_star, window)
+    span = float(length.sum())
+    return float((count * length).sum() / span) if span > 0 else math.nan
 
 
 def reduction_times(run: RunData, l_star: Mapping[str, float], percent: float) -> np.ndarray:

@@ -74,7 +74,20 @@ def test_time_to_reduction() -> None:
 
 def test_average_normalized_loss_one_job() -> None:
     # [0,2): 1.0, [2,3): 0.5, [3,4): 0.1 -> (2 + 0.5 + 0.1) / 4
-    assert average_normalized_loss(run_of([A]), {"a": 0.0}, dt=0.5) == pytest.approx(0.65)
+    assert average_normalized_loss(run_of([A]), {"a": 0.0}) == pytest.approx(0.65)
+
+
+def test_the_averages_are_exact_for_jobs_much_shorter_than_an_epoch() -> None:
+    # a job of 0.1 s in a run with 2 s epochs: [0, .05) 1.0, [.05, .1) 0.2 (ends at .1)
+    quick = job("q", 0.0, [10.0, 2.0, 1.0], [0.01, 0.05, 0.1], end=0.1)
+    run = run_of([quick])
+    assert average_normalized_loss(run, {"q": 0.0}) == pytest.approx((0.05 * 1.0 + 0.05 * 0.2) / 0.1)
+    assert normalized_loss_job_seconds(run, {"q": 0.0}) == pytest.approx(0.06)
+    assert mean_active_jobs(run, {"q": 0.0}) == pytest.approx(1.0)
+    # a window far longer than the run costs nothing (no grid): the job counts while active
+    huge = (0.0, 1e15)
+    assert average_normalized_loss(run, {"q": 0.0}, window=huge) == pytest.approx(0.6)
+    assert mean_active_jobs(run, {"q": 0.0}, window=huge) == pytest.approx(0.1 / 1e15)
 
 
 def test_average_over_active_jobs_only() -> None:
@@ -83,7 +96,7 @@ def test_average_over_active_jobs_only() -> None:
     grid = np.arange(0.0, 4.0, 0.5)
     series = avg_normalized_loss_series(run, {"a": 0.0, "b": 0.0}, grid)
     assert series == pytest.approx([1, 1, 1, 1, 0.75, 0.75, 0.55, 0.55])
-    assert average_normalized_loss(run, {"a": 0.0, "b": 0.0}, dt=0.5) == pytest.approx(0.825)
+    assert average_normalized_loss(run, {"a": 0.0, "b": 0.0}) == pytest.approx(0.825)
 
 
 def test_compared_runs_share_one_window() -> None:
@@ -93,7 +106,7 @@ def test_compared_runs_share_one_window() -> None:
     fast = run_of([A], policy="fast")
     slow_a = job("a", 0.0, [10.0, 8.0, 5.0, 1.0, 0.1], [1.0, 2.0, 3.0, 4.0, 5.0], end=20.0)
     slow = run_of([slow_a], policy="slow")
-    assert average_normalized_loss(slow, {"a": 0.0}, dt=0.5) == pytest.approx(3.55 / 20)
+    assert average_normalized_loss(slow, {"a": 0.0}) == pytest.approx(3.55 / 20)
     assert comparison_window([fast, slow]) == (0.0, 4.0)
     rows, window = summarize_runs({"fast": fast, "slow": slow})
     assert window == (0.0, 4.0)
