@@ -47,6 +47,8 @@ from functools import partial
 
 import numpy as np
 
+from slaq_mpi.plan import epoch_length
+
 __all__ = [
     "JobTrace",
     "RunData",
@@ -127,6 +129,7 @@ class RunData:
     pause_ms: np.ndarray
     moved: np.ndarray | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    stopped: float = math.nan  # when it stopped observing, once :func:`observed` has found it
 
 
 # --- per-job functions ----------------------------------------------------------------------
@@ -193,9 +196,13 @@ def _job_end(job: JobTrace) -> float:
 def observed_end(run: RunData) -> float:
     """When the run stopped observing its jobs: the end of its last epoch, or the last job end
     or iteration if later (NaN for a run with neither)."""
+    if math.isfinite(run.stopped):
+        return run.stopped
     ends = [_job_end(j) for j in run.jobs.values() if len(j.time) or math.isfinite(j.end)]
     if len(run.epoch_time):
-        ends.append(float(run.epoch_time[-1]) + run.epoch_seconds)
+        last = float(run.epoch_time[-1])  # its epoch was cut short if a job arrived during it
+        due = [j.arrival for j in run.jobs.values() if j.arrival > last]
+        ends.append(last + epoch_length(last, min(due, default=None), run.epoch_seconds))
     return max(ends) if ends else math.nan
 
 
@@ -211,10 +218,10 @@ def observed(run: RunData) -> RunData:
     cols = [i for i, n in enumerate(run.job_names)
             if run.jobs[n].arrival < end or len(run.jobs[n].loss) or math.isfinite(run.jobs[n].end)]
     if len(cols) == len(run.job_names):
-        return run
+        return replace(run, stopped=end)
     keep = [run.job_names[i] for i in cols]
     return replace(run, jobs={n: run.jobs[n] for n in keep}, job_names=keep,
-                   alloc=np.asarray(run.alloc)[:, cols])
+                   alloc=np.asarray(run.alloc)[:, cols], stopped=end)
 
 
 def _span(run: RunData) -> tuple[float, float]:

@@ -22,6 +22,7 @@ from slaq_mpi.evaluation import (
     normalized_loss,
     normalized_loss_at,
     normalized_loss_job_seconds,
+    observed_end,
     reduction_times,
     summarize,
     summarize_runs,
@@ -284,6 +285,17 @@ def test_a_run_cut_short_is_judged_on_what_it_observed() -> None:
     rows, window = summarize_runs({"x": run, "y": run})
     assert window == pytest.approx((0.0, 10.0))
     assert rows["x"]["jobs"] == 2.0
+
+
+def test_a_last_epoch_cut_short_by_an_arrival_ends_the_observation_there() -> None:
+    # epochs at 0, 2, 4 of 2 s; "b" arrives at 5, which cut the last epoch to [4, 5): the run
+    # stopped at 5 s, so b (never admitted) is not part of it and the makespan is 5 s
+    a = job("a", 0.0, [4.0, 2.0, 1.0], [1.0, 3.0, 4.5], l_star=0.0)
+    b = job("b", 5.0, [], [], l_star=0.0)
+    run = run_of([a, b], epoch_time=[0.0, 2.0, 4.0], alloc=[[1, 0]] * 3)
+    assert observed_end(run) == pytest.approx(5.0)
+    row = summarize(run, common_l_star([run]))
+    assert row["jobs"] == 1.0 and row["makespan"] == pytest.approx(5.0)
 
 
 def test_a_finished_run_keeps_its_last_job_end_as_makespan() -> None:
