@@ -18,7 +18,15 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from slaq_mpi.datasets import CHUNK_ROWS, GENERATORS, DatasetSpec, RowWriter, generate, inspect
+from slaq_mpi.datasets import (
+    CHUNK_ROWS,
+    GENERATORS,
+    DatasetSpec,
+    RowWriter,
+    generate,
+    generator_param_problem,
+    inspect,
+)
 from slaq_mpi.errors import ConfigError, DataError
 
 __all__ = ["add_cli", "convert_csv", "convert_libsvm", "convert_npy", "make"]
@@ -113,20 +121,15 @@ def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **option
     """Write ``rows`` x ``features`` of the synthetic dataset ``kind`` to ``out``."""
     if kind not in GENERATORS:
         raise ConfigError("data make KIND", kind, f"allowed: {', '.join(sorted(GENERATORS))}")
-    for key, val in (("--rows", rows), ("--features", features)):
-        if val < 1:
-            raise ConfigError(f"data make {key}", val, "must be an integer >= 1")
     allowed = GENERATORS[kind][1]
-    for key, val in options.items():
+    for key in options:
         if key not in allowed:
-            raise ConfigError(f"data make --{key.replace('_', '-')}", val,
+            raise ConfigError(f"data make --{key.replace('_', '-')}", options[key],
                               f"not an option of {kind}; allowed: {', '.join(sorted(allowed)) or 'none'}")
-        if val < 0 or (isinstance(val, float) and not math.isfinite(val)):
-            raise ConfigError(f"data make --{key.replace('_', '-')}", val, "must be >= 0")
-        if key == "density" and not 0 < val <= 1:
-            raise ConfigError("data make --density", val, "must be a fraction in (0, 1]")
-        if key == "alpha" and not val > 0:
-            raise ConfigError("data make --alpha", val, "must be > 0")
+    for key, val in {"rows": rows, "features": features, "seed": seed, **options}.items():
+        problem = generator_param_problem(key, val)
+        if problem is not None:
+            raise ConfigError(f"data make --{key.replace('_', '-')}", val, problem)
     spec = DatasetSpec(generator=kind, params={"rows": rows, "features": features, "seed": seed,
                                                **options})
     generate(spec, out, seed)

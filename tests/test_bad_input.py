@@ -476,3 +476,11 @@ def test_resuming_a_finished_run_launches_nothing(status: str, code: int, tmp_pa
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert "has finished; nothing to resume" in proc.stdout and "starting" not in proc.stdout
     assert json.loads((run / "state.json").read_text())["elapsed"] == 15.0
+
+
+def test_data_make_out_of_range_options_are_one_line(tmp_path: Path) -> None:
+    make = ["data", "make", "blobs", "m.h5", "--rows", "10", "--features", "2"]
+    _refused(run_slaq([*make, "--centers", "0"], cwd=tmp_path), "--centers", "0", "integer >= 1")
+    make[2] = "classification"
+    _refused(run_slaq([*make, "--seed", "-1"], cwd=tmp_path), "--seed", "-1", "integer >= 0")
+    assert list(tmp_path.iterdir()) == []

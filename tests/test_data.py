@@ -261,3 +261,66 @@ def test_npz_and_binary_inputs_are_refused_in_one_line(tmp_path: Path, capsys) -
     err = capsys.readouterr().err
     assert "b.bin:1: not text" in err and "\\x00" not in err
     assert not (tmp_path / "o.h5").exists()
+
+
+# every numeric option of `slaq data make`: (kind, option, bad value, what the error says)
+BAD_MAKE_OPTIONS = [
+    ("blobs", "--centers", "0", "must be an integer >= 1"),
+    ("blobs", "--centers", "-2", "must be an integer >= 1"),
+    ("classification", "--seed", "-1", "must be an integer >= 0"),
+    ("classification", "--rows", "0", "must be an integer >= 1"),
+    ("regression", "--features", "-3", "must be an integer >= 1"),
+    ("documents", "--topics", "0", "must be an integer >= 1"),
+    ("documents", "--doc-length", "0", "must be an integer >= 1"),
+    ("documents", "--alpha", "0", "must be a finite number > 0"),
+    ("documents", "--alpha", "inf", "must be a finite number > 0"),
+    ("classification", "--noise", "-0.5", "must be a finite number >= 0"),
+    ("regression", "--noise", "nan", "must be a finite number >= 0"),
+    ("blobs", "--spread", "-1", "must be a finite number >= 0"),
+    ("classification", "--density", "0", "must be a fraction in (0, 1]"),
+    ("regression", "--density", "1.5", "must be a fraction in (0, 1]"),
+]
+
+
+@pytest.mark.parametrize(("kind", "option", "value", "allowed"), BAD_MAKE_OPTIONS)
+def test_make_refuses_every_numeric_option_out_of_range(tmp_path: Path, capsys, kind: str, option: str,
+                                                        value: str, allowed: str) -> None:
+    out = tmp_path / "m.h5"
+    args = {"--rows": "10", "--features": "2", option: value}
+    argv = ["data", "make", kind, str(out)] + [x for kv in args.items() for x in kv]
+    assert slaq_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"slaq: error: data make {option}: "), err
+    assert allowed in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("key", "values"), [
+    ("rows", [0, 1]), ("features", [-1, 0, 1]), ("seed", [-1, 0, 7]), ("centers", [-1, 0, 1, 3]),
+    ("topics", [0, 1]), ("doc_length", [0, 1]), ("alpha", [-1.0, 0.0, 1e-9, 2.0]),
+    ("noise", [-0.1, 0.0, 0.3]), ("spread", [-1.0, 0.0, 1.0]), ("density", [0.0, 0.5, 1.0, 1.01]),
+])
+def test_make_and_the_yaml_accept_the_same_generator_params(tmp_path: Path, key: str,
+                                                            values: list[float]) -> None:
+    from slaq_mpi import config
+    from slaq_mpi.datatools import make
+    from slaq_mpi.errors import ConfigError
+
+    kind = next(g for g, (_, opts) in datasets.GENERATORS.items() if key in opts or key in
+                ("rows", "features", "seed"))
+    for value in values:
+        params = {"rows": 4, "features": 3, key: value}
+        raw = {"name": "x", "policy": "fair", "jobs": [
+            {"name": "a", "algorithm": "kmeans", "hyperparameters": {"k": 1},
+             "dataset": {"generator": kind, **params}}]}
+        try:
+            config.parse(raw, check_files=False)
+            yaml_ok = True
+        except ConfigError:
+            yaml_ok = False
+        try:
+            make(kind, tmp_path / "m.h5", **params)  # type: ignore[arg-type]
+            make_ok = True
+        except ConfigError:
+            make_ok = False
+        assert yaml_ok == make_ok, (key, value, yaml_ok, make_ok)
