@@ -339,6 +339,9 @@ def convert_npy(src: Path, out: Path, label_column: int | None = None, labels: P
     if arr.ndim != 2 or arr.dtype.kind not in "fiub":
         raise DataError(f"{src}: array of shape {arr.shape} and dtype {arr.dtype}; want 2-D numeric")
     rows, width = arr.shape
+    if y_all is not None and y_all.dtype.kind not in "fiub":  # as X: no text, complex, objects
+        raise DataError(f"{labels}: labels of dtype {y_all.dtype}; want real numbers "
+                        "(integer, float or bool)")
     if y_all is not None and y_all.shape != (rows,):
         raise DataError(f"{labels}: labels of shape {y_all.shape}; want ({rows},)")
     lab = _label_index(label_column, width)

@@ -324,3 +324,21 @@ def test_make_and_the_yaml_accept_the_same_generator_params(tmp_path: Path, key:
         except ConfigError:
             make_ok = False
         assert yaml_ok == make_ok, (key, value, yaml_ok, make_ok)
+
+
+@pytest.mark.parametrize("y", [np.array(["a", "b", "c", "d"]), np.array([1 + 2j, 0, 1, 0]),
+                               np.zeros(4, dtype=[("a", "f8")])], ids=["text", "complex", "record"])
+def test_npy_labels_that_are_not_real_numbers_are_refused(tmp_path: Path, capsys, y: np.ndarray) -> None:
+    np.save(tmp_path / "a.npy", np.arange(8.0).reshape(4, 2))
+    np.save(tmp_path / "y.npy", y)
+    out = tmp_path / "o.h5"
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out),
+                      "--labels", str(tmp_path / "y.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'y.npy'}: labels of dtype {y.dtype}" in err, err
+    assert "want real numbers" in err
+    assert not out.exists()
+    np.save(tmp_path / "y.npy", np.array([True, False, True, True]))  # bool labels are numbers
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out),
+                      "--labels", str(tmp_path / "y.npy")]) == 0
+    np.testing.assert_array_equal(read_shard(out, 0, 1).y, [1, 0, 1, 1])
