@@ -77,6 +77,14 @@ def _check_output(out: Path) -> None:
                           "directory") from None
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (also through links); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _cmd_make(args: argparse.Namespace) -> int:
     _check_output(Path(args.out))
     make(args.kind, Path(args.out), args.rows, args.features, args.seed,
@@ -98,6 +106,10 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise ConfigError("--labels", args.labels, f"applies to .npy input only; {fmt} input "
                           "carries its labels in a column (--label-column)" if fmt == "csv" else
                           f"applies to .npy input only; {fmt} input carries its labels in each line")
+    for what, given in (("input", src), ("--labels file", Path(args.labels) if args.labels else None)):
+        if given is not None and _same_file(given, out):
+            raise ConfigError("out", str(out), f"it is the {what} {str(given)!r}; write the HDF5 "
+                              "file to another path (the output would replace it)")
     _check_output(out)
     if fmt == "libsvm":
         convert_libsvm(src, out, zero_based=args.zero_based, features=args.features)

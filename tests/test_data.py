@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import h5py
@@ -342,3 +343,23 @@ def test_npy_labels_that_are_not_real_numbers_are_refused(tmp_path: Path, capsys
     assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out),
                       "--labels", str(tmp_path / "y.npy")]) == 0
     np.testing.assert_array_equal(read_shard(out, 0, 1).y, [1, 0, 1, 1])
+
+
+def test_convert_refuses_to_write_over_its_input(tmp_path: Path, capsys) -> None:
+    text = "a,b,y\n1,2,0\n3,4,1\n"
+    src = tmp_path / "h.csv"
+    src.write_text(text)
+    (tmp_path / "link.csv").symlink_to(src)
+    os.link(src, tmp_path / "hard.csv")
+    for out in (src, tmp_path / "." / "h.csv", tmp_path / "link.csv", tmp_path / "hard.csv"):
+        assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "-1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"out: {str(out)!r}" in err and "it is the input" in err, err
+    np.save(tmp_path / "a.npy", np.arange(6.0).reshape(3, 2))
+    np.save(tmp_path / "y.npy", np.zeros(3))
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(tmp_path / "y.npy"),
+                      "--labels", str(tmp_path / "y.npy")]) == 2
+    assert "it is the --labels file" in capsys.readouterr().err
+    assert src.read_text() == text and (tmp_path / "hard.csv").read_text() == text
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.zeros(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "h.csv", "hard.csv", "link.csv", "y.npy"]
