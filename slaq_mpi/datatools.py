@@ -106,6 +106,16 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise ConfigError("--labels", args.labels, f"applies to .npy input only; {fmt} input "
                           "carries its labels in a column (--label-column)" if fmt == "csv" else
                           f"applies to .npy input only; {fmt} input carries its labels in each line")
+    if fmt == "libsvm" and args.label_column is not None:
+        raise ConfigError("--label-column", args.label_column, "applies to CSV and .npy input only; "
+                          "LibSVM input carries its label first on each line")
+    if fmt != "libsvm":
+        for option, given in (("--features", args.features), ("--zero-based", args.zero_based or None)):
+            if given is not None:
+                raise ConfigError(option, given, f"applies to LibSVM input only; {fmt} input has as "
+                                  "many features as columns, and no indices")
+    if args.features is not None and args.features < 1:
+        raise ConfigError("--features", args.features, "must be an integer >= 1 (the number of columns)")
     for what, given in (("input", src), ("--labels file", Path(args.labels) if args.labels else None)):
         if given is not None and _same_file(given, out):
             raise ConfigError("out", str(out), f"it is the {what} {str(given)!r}; write the HDF5 "
@@ -144,7 +154,23 @@ def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **option
             raise ConfigError(f"data make --{key.replace('_', '-')}", val, problem)
     spec = DatasetSpec(generator=kind, params={"rows": rows, "features": features, "seed": seed,
                                                **options})
-    generate(spec, out, seed)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    try:
+        generate(spec, tmp, seed)
+        _readable(tmp, out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _readable(tmp: Path, out: Path) -> None:
+    """Check the written ``tmp`` as ``slaq`` will read ``out``: a file it cannot use is an
+    error, never an output left behind."""
+    try:
+        inspect(tmp)
+    except DataError as exc:
+        raise DataError(str(exc).replace(str(tmp), str(out))) from None
 
 
 class _Output:
@@ -160,11 +186,14 @@ class _Output:
         return self.f
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self.f.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.out)
-        elif self.tmp.exists():
-            self.tmp.unlink()
+        try:
+            self.f.close()
+            if exc_type is None:
+                _readable(self.tmp, self.out)
+                os.replace(self.tmp, self.out)
+        finally:
+            if self.tmp.exists():
+                self.tmp.unlink()
 
 
 # --- LibSVM / SVMlight ------------------------------------------------------------------------
@@ -214,6 +243,8 @@ def convert_libsvm(src: Path, out: Path, zero_based: bool = False, features: int
 
     Labels that are exactly -1 and +1 become 0 and 1 (the binary convention of the solvers).
     """
+    if features is not None and features < 1:
+        raise ConfigError("--features", features, "must be an integer >= 1 (the number of columns)")
     rows, lo_idx, hi_idx = 0, math.inf, -1
     labels: set[float] = set()
     for _, label, idx, _ in _libsvm_lines(src):

@@ -363,3 +363,42 @@ def test_convert_refuses_to_write_over_its_input(tmp_path: Path, capsys) -> None
     assert src.read_text() == text and (tmp_path / "hard.csv").read_text() == text
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.zeros(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "h.csv", "hard.csv", "link.csv", "y.npy"]
+
+
+@pytest.mark.parametrize("features", ["0", "-3"])
+def test_convert_libsvm_features_below_one_is_refused_up_front(tmp_path: Path, capsys, features: str) -> None:
+    src = tmp_path / "lab.svm"
+    src.write_text("1\n0\n" if features == "0" else "1 1:3\n0 2:1\n")
+    out = tmp_path / "o.h5"
+    assert slaq_main(["data", "convert", str(src), str(out), "--features", features]) == 2
+    err = capsys.readouterr().err
+    assert err == f"slaq: error: --features: {features} is not allowed; must be an integer >= 1 " \
+                  "(the number of columns)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lab.svm"]
+
+
+def test_an_output_slaq_cannot_read_is_never_left_behind(tmp_path: Path) -> None:
+    from slaq_mpi.datatools import _Output
+
+    out = tmp_path / "o.h5"
+    with pytest.raises(DataError, match=rf"^{out}: no 'X'"), _Output(out):
+        pass  # writes nothing: not a dataset
+    assert list(tmp_path.iterdir()) == []
+    out.write_bytes(b"older output")
+    with pytest.raises(DataError), _Output(out) as f:
+        f.create_dataset("X", shape=(2, 0), dtype="f8")
+    assert out.read_bytes() == b"older output" and [p.name for p in tmp_path.iterdir()] == ["o.h5"]
+
+
+def test_convert_options_of_another_format_are_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "t.csv").write_text("1,2,0\n3,4,1\n")
+    np.save(tmp_path / "a.npy", np.zeros((2, 2)))
+    (tmp_path / "a.svm").write_text("1 1:2\n")
+    out = str(tmp_path / "o.h5")
+    for src, option, needle in [("t.csv", ["--features", "3"], "--features: 3"),
+                                ("a.npy", ["--zero-based"], "--zero-based: True"),
+                                ("a.svm", ["--label-column", "0"], "--label-column: 0")]:
+        assert slaq_main(["data", "convert", str(tmp_path / src), out, *option]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err and "input only" in err, err
+    assert not (tmp_path / "o.h5").exists()
