@@ -167,7 +167,7 @@ GENERATOR_MIN: dict[str, tuple[float, bool]] = {  # name -> (lowest, whether low
 
 def generator_param_problem(key: str, value: Any) -> str | None:
     """What is wrong with ``value`` for the generator parameter ``key`` (None: nothing): the
-    allowed range, worded as the experiment YAML words it."""
+    allowed range, the same as the experiment YAML's (``config._dataset``) checks."""
     optional = {k: t for _, opts in GENERATORS.values() for k, t in opts.items()}
     want = {**GENERATOR_REQUIRED, "seed": int, **optional}[key]
     lo, open_lo = GENERATOR_MIN[key]
