@@ -155,6 +155,34 @@ GENERATORS: dict[str, tuple[Callable[..., Any], dict[str, type]]] = {
 }
 GENERATOR_REQUIRED: dict[str, type] = {"rows": int, "features": int}
 
+#: The allowed range of every generator parameter, as the experiment YAML checks it
+#: (``config._dataset``): integers (sizes, counts) >= 1, the seed >= 0, numbers >= 0 and
+#: finite, ``alpha`` and ``density`` > 0, ``density`` <= 1. ``slaq data make`` applies the same.
+GENERATOR_MIN: dict[str, tuple[float, bool]] = {  # name -> (lowest, whether lowest itself is refused)
+    "rows": (1, False), "features": (1, False), "seed": (0, False), "centers": (1, False),
+    "topics": (1, False), "doc_length": (1, False), "noise": (0.0, False), "spread": (0.0, False),
+    "alpha": (0.0, True), "density": (0.0, True),
+}
+
+
+def generator_param_problem(key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` for the generator parameter ``key`` (None: nothing): the
+    allowed range, the same as the experiment YAML's (``config._dataset``) checks."""
+    optional = {k: t for _, opts in GENERATORS.values() for k, t in opts.items()}
+    want = {**GENERATOR_REQUIRED, "seed": int, **optional}[key]
+    lo, open_lo = GENERATOR_MIN[key]
+    if want is int:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
+            return f"must be an integer >= {int(lo)}"
+        return None
+    rng = f"> {lo:g}" if open_lo else f">= {lo:g}"
+    if (isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating)
+            or not math.isfinite(value) or value < lo or (open_lo and value == lo)):
+        return "must be a fraction in (0, 1]" if key == "density" else f"must be a finite number {rng}"
+    if key == "density" and value > 1:
+        return "must be a fraction in (0, 1]"
+    return None
+
 #: Which label kinds (a solver's ``label_kind``) accept the labels of each kind a generator writes.
 _ACCEPTS = {"binary": {"binary"}, "classes": {"binary", "classes"},
             "real": {"binary", "classes", "real"}}

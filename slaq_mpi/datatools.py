@@ -18,7 +18,15 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from slaq_mpi.datasets import CHUNK_ROWS, GENERATORS, DatasetSpec, RowWriter, generate, inspect
+from slaq_mpi.datasets import (
+    CHUNK_ROWS,
+    GENERATORS,
+    DatasetSpec,
+    RowWriter,
+    generate,
+    generator_param_problem,
+    inspect,
+)
 from slaq_mpi.errors import ConfigError, DataError
 
 __all__ = ["add_cli", "convert_csv", "convert_libsvm", "convert_npy", "make"]
@@ -69,6 +77,14 @@ def _check_output(out: Path) -> None:
                           "directory") from None
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (also through links); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _cmd_make(args: argparse.Namespace) -> int:
     _check_output(Path(args.out))
     make(args.kind, Path(args.out), args.rows, args.features, args.seed,
@@ -90,6 +106,20 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise ConfigError("--labels", args.labels, f"applies to .npy input only; {fmt} input "
                           "carries its labels in a column (--label-column)" if fmt == "csv" else
                           f"applies to .npy input only; {fmt} input carries its labels in each line")
+    if fmt == "libsvm" and args.label_column is not None:
+        raise ConfigError("--label-column", args.label_column, "applies to CSV and .npy input only; "
+                          "LibSVM input carries its label first on each line")
+    if fmt != "libsvm":
+        for option, given in (("--features", args.features), ("--zero-based", args.zero_based or None)):
+            if given is not None:
+                raise ConfigError(option, given, f"applies to LibSVM input only; {fmt} input has as "
+                                  "many features as columns, and no indices")
+    if args.features is not None and args.features < 1:
+        raise ConfigError("--features", args.features, "must be an integer >= 1 (the number of columns)")
+    for what, given in (("input", src), ("--labels file", Path(args.labels) if args.labels else None)):
+        if given is not None and _same_file(given, out):
+            raise ConfigError("out", str(out), f"it is the {what} {str(given)!r}; write the HDF5 "
+                              "file to another path (the output would replace it)")
     _check_output(out)
     if fmt == "libsvm":
         convert_libsvm(src, out, zero_based=args.zero_based, features=args.features)
@@ -113,23 +143,34 @@ def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **option
     """Write ``rows`` x ``features`` of the synthetic dataset ``kind`` to ``out``."""
     if kind not in GENERATORS:
         raise ConfigError("data make KIND", kind, f"allowed: {', '.join(sorted(GENERATORS))}")
-    for key, val in (("--rows", rows), ("--features", features)):
-        if val < 1:
-            raise ConfigError(f"data make {key}", val, "must be an integer >= 1")
     allowed = GENERATORS[kind][1]
-    for key, val in options.items():
+    for key in options:
         if key not in allowed:
-            raise ConfigError(f"data make --{key.replace('_', '-')}", val,
+            raise ConfigError(f"data make --{key.replace('_', '-')}", options[key],
                               f"not an option of {kind}; allowed: {', '.join(sorted(allowed)) or 'none'}")
-        if val < 0 or (isinstance(val, float) and not math.isfinite(val)):
-            raise ConfigError(f"data make --{key.replace('_', '-')}", val, "must be >= 0")
-        if key == "density" and not 0 < val <= 1:
-            raise ConfigError("data make --density", val, "must be a fraction in (0, 1]")
-        if key == "alpha" and not val > 0:
-            raise ConfigError("data make --alpha", val, "must be > 0")
+    for key, val in {"rows": rows, "features": features, "seed": seed, **options}.items():
+        problem = generator_param_problem(key, val)
+        if problem is not None:
+            raise ConfigError(f"data make --{key.replace('_', '-')}", val, problem)
     spec = DatasetSpec(generator=kind, params={"rows": rows, "features": features, "seed": seed,
                                                **options})
-    generate(spec, out, seed)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    try:
+        generate(spec, tmp, seed)
+        _readable(tmp, out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _readable(tmp: Path, out: Path) -> None:
+    """Check the written ``tmp`` as ``slaq`` will read ``out``: a file it cannot use is an
+    error, never an output left behind."""
+    try:
+        inspect(tmp)
+    except DataError as exc:
+        raise DataError(str(exc).replace(str(tmp), str(out))) from None
 
 
 class _Output:
@@ -145,11 +186,14 @@ class _Output:
         return self.f
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self.f.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.out)
-        elif self.tmp.exists():
-            self.tmp.unlink()
+        try:
+            self.f.close()
+            if exc_type is None:
+                _readable(self.tmp, self.out)
+                os.replace(self.tmp, self.out)
+        finally:
+            if self.tmp.exists():
+                self.tmp.unlink()
 
 
 # --- LibSVM / SVMlight ------------------------------------------------------------------------
@@ -199,6 +243,8 @@ def convert_libsvm(src: Path, out: Path, zero_based: bool = False, features: int
 
     Labels that are exactly -1 and +1 become 0 and 1 (the binary convention of the solvers).
     """
+    if features is not None and features < 1:
+        raise ConfigError("--features", features, "must be an integer >= 1 (the number of columns)")
     rows, lo_idx, hi_idx = 0, math.inf, -1
     labels: set[float] = set()
     for _, label, idx, _ in _libsvm_lines(src):
@@ -336,6 +382,9 @@ def convert_npy(src: Path, out: Path, label_column: int | None = None, labels: P
     if arr.ndim != 2 or arr.dtype.kind not in "fiub":
         raise DataError(f"{src}: array of shape {arr.shape} and dtype {arr.dtype}; want 2-D numeric")
     rows, width = arr.shape
+    if y_all is not None and y_all.dtype.kind not in "fiub":  # as X: no text, complex, objects
+        raise DataError(f"{labels}: labels of dtype {y_all.dtype}; want real numbers "
+                        "(integer, float or bool)")
     if y_all is not None and y_all.shape != (rows,):
         raise DataError(f"{labels}: labels of shape {y_all.shape}; want ({rows},)")
     lab = _label_index(label_column, width)

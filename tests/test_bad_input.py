@@ -58,7 +58,9 @@ CASES = {
     "density above one": (_with(["jobs", 0, "dataset", "density"], 1.5),
                           ["jobs[0].dataset.density", "1.5", "(0, 1]"]),
     "bad policy parameter value": (_with(["policy"], {"name": "slaq", "params": {"window": 2}}),
-                                   ["policy", "window >= 3"]),
+                                   ["policy", "window must be an integer >= 3 (got 2)"]),
+    "zero policy decay": (_with(["policy"], {"name": "slaq", "params": {"decay": 0}}),
+                          ["policy", "'slaq'", "decay must be > 0 (got 0)"]),
     "policy parameter of the wrong type": (
         _with(["policy"], {"name": "slaq", "params": {"learn_scaling": "false"}}),
         ["policy", "learn_scaling", "'false'", "true or false"]),
@@ -533,3 +535,18 @@ def test_resuming_a_finished_run_launches_nothing(status: str, code: int, tmp_pa
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert "has finished; nothing to resume" in proc.stdout and "starting" not in proc.stdout
     assert json.loads((run / "state.json").read_text())["elapsed"] == 15.0
+
+
+def test_data_make_out_of_range_options_are_one_line(tmp_path: Path) -> None:
+    make = ["data", "make", "blobs", "m.h5", "--rows", "10", "--features", "2"]
+    _refused(run_slaq([*make, "--centers", "0"], cwd=tmp_path), "--centers", "0", "integer >= 1")
+    make[2] = "classification"
+    _refused(run_slaq([*make, "--seed", "-1"], cwd=tmp_path), "--seed", "-1", "integer >= 0")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_validate_names_the_bad_policy_parameter(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["policy"], {"name": "goodput", "params": {"p": 3}})))
+    _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "policy", "'goodput'",
+             "p must be a finite number <= 1 (got 3)")

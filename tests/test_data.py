@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import h5py
@@ -260,4 +261,144 @@ def test_npz_and_binary_inputs_are_refused_in_one_line(tmp_path: Path, capsys) -
     assert slaq_main(["data", "convert", str(tmp_path / "b.bin"), str(tmp_path / "o.h5")]) == 2
     err = capsys.readouterr().err
     assert "b.bin:1: not text" in err and "\\x00" not in err
+    assert not (tmp_path / "o.h5").exists()
+
+
+# every numeric option of `slaq data make`: (kind, option, bad value, what the error says)
+BAD_MAKE_OPTIONS = [
+    ("blobs", "--centers", "0", "must be an integer >= 1"),
+    ("blobs", "--centers", "-2", "must be an integer >= 1"),
+    ("classification", "--seed", "-1", "must be an integer >= 0"),
+    ("classification", "--rows", "0", "must be an integer >= 1"),
+    ("regression", "--features", "-3", "must be an integer >= 1"),
+    ("documents", "--topics", "0", "must be an integer >= 1"),
+    ("documents", "--doc-length", "0", "must be an integer >= 1"),
+    ("documents", "--alpha", "0", "must be a finite number > 0"),
+    ("documents", "--alpha", "inf", "must be a finite number > 0"),
+    ("classification", "--noise", "-0.5", "must be a finite number >= 0"),
+    ("regression", "--noise", "nan", "must be a finite number >= 0"),
+    ("blobs", "--spread", "-1", "must be a finite number >= 0"),
+    ("classification", "--density", "0", "must be a fraction in (0, 1]"),
+    ("regression", "--density", "1.5", "must be a fraction in (0, 1]"),
+]
+
+
+@pytest.mark.parametrize(("kind", "option", "value", "allowed"), BAD_MAKE_OPTIONS)
+def test_make_refuses_every_numeric_option_out_of_range(tmp_path: Path, capsys, kind: str, option: str,
+                                                        value: str, allowed: str) -> None:
+    out = tmp_path / "m.h5"
+    args = {"--rows": "10", "--features": "2", option: value}
+    argv = ["data", "make", kind, str(out)] + [x for kv in args.items() for x in kv]
+    assert slaq_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"slaq: error: data make {option}: "), err
+    assert allowed in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("key", "values"), [
+    ("rows", [0, 1]), ("features", [-1, 0, 1]), ("seed", [-1, 0, 7]), ("centers", [-1, 0, 1, 3]),
+    ("topics", [0, 1]), ("doc_length", [0, 1]), ("alpha", [-1.0, 0.0, 1e-9, 2.0]),
+    ("noise", [-0.1, 0.0, 0.3]), ("spread", [-1.0, 0.0, 1.0]), ("density", [0.0, 0.5, 1.0, 1.01]),
+])
+def test_make_and_the_yaml_accept_the_same_generator_params(tmp_path: Path, key: str,
+                                                            values: list[float]) -> None:
+    from slaq_mpi import config
+    from slaq_mpi.datatools import make
+    from slaq_mpi.errors import ConfigError
+
+    kind = next(g for g, (_, opts) in datasets.GENERATORS.items() if key in opts or key in
+                ("rows", "features", "seed"))
+    for value in values:
+        params = {"rows": 4, "features": 3, key: value}
+        raw = {"name": "x", "policy": "fair", "jobs": [
+            {"name": "a", "algorithm": "kmeans", "hyperparameters": {"k": 1},
+             "dataset": {"generator": kind, **params}}]}
+        try:
+            config.parse(raw, check_files=False)
+            yaml_ok = True
+        except ConfigError:
+            yaml_ok = False
+        try:
+            make(kind, tmp_path / "m.h5", **params)  # type: ignore[arg-type]
+            make_ok = True
+        except ConfigError:
+            make_ok = False
+        assert yaml_ok == make_ok, (key, value, yaml_ok, make_ok)
+
+
+@pytest.mark.parametrize("y", [np.array(["a", "b", "c", "d"]), np.array([1 + 2j, 0, 1, 0]),
+                               np.zeros(4, dtype=[("a", "f8")])], ids=["text", "complex", "record"])
+def test_npy_labels_that_are_not_real_numbers_are_refused(tmp_path: Path, capsys, y: np.ndarray) -> None:
+    np.save(tmp_path / "a.npy", np.arange(8.0).reshape(4, 2))
+    np.save(tmp_path / "y.npy", y)
+    out = tmp_path / "o.h5"
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out),
+                      "--labels", str(tmp_path / "y.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'y.npy'}: labels of dtype {y.dtype}" in err, err
+    assert "want real numbers" in err
+    assert not out.exists()
+    np.save(tmp_path / "y.npy", np.array([True, False, True, True]))  # bool labels are numbers
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out),
+                      "--labels", str(tmp_path / "y.npy")]) == 0
+    np.testing.assert_array_equal(read_shard(out, 0, 1).y, [1, 0, 1, 1])
+
+
+def test_convert_refuses_to_write_over_its_input(tmp_path: Path, capsys) -> None:
+    text = "a,b,y\n1,2,0\n3,4,1\n"
+    src = tmp_path / "h.csv"
+    src.write_text(text)
+    (tmp_path / "link.csv").symlink_to(src)
+    os.link(src, tmp_path / "hard.csv")
+    for out in (src, tmp_path / "." / "h.csv", tmp_path / "link.csv", tmp_path / "hard.csv"):
+        assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "-1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"out: {str(out)!r}" in err and "it is the input" in err, err
+    np.save(tmp_path / "a.npy", np.arange(6.0).reshape(3, 2))
+    np.save(tmp_path / "y.npy", np.zeros(3))
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(tmp_path / "y.npy"),
+                      "--labels", str(tmp_path / "y.npy")]) == 2
+    assert "it is the --labels file" in capsys.readouterr().err
+    assert src.read_text() == text and (tmp_path / "hard.csv").read_text() == text
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.zeros(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "h.csv", "hard.csv", "link.csv", "y.npy"]
+
+
+@pytest.mark.parametrize("features", ["0", "-3"])
+def test_convert_libsvm_features_below_one_is_refused_up_front(tmp_path: Path, capsys, features: str) -> None:
+    src = tmp_path / "lab.svm"
+    src.write_text("1\n0\n" if features == "0" else "1 1:3\n0 2:1\n")
+    out = tmp_path / "o.h5"
+    assert slaq_main(["data", "convert", str(src), str(out), "--features", features]) == 2
+    err = capsys.readouterr().err
+    assert err == f"slaq: error: --features: {features} is not allowed; must be an integer >= 1 " \
+                  "(the number of columns)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lab.svm"]
+
+
+def test_an_output_slaq_cannot_read_is_never_left_behind(tmp_path: Path) -> None:
+    from slaq_mpi.datatools import _Output
+
+    out = tmp_path / "o.h5"
+    with pytest.raises(DataError, match=rf"^{out}: no 'X'"), _Output(out):
+        pass  # writes nothing: not a dataset
+    assert list(tmp_path.iterdir()) == []
+    out.write_bytes(b"older output")
+    with pytest.raises(DataError), _Output(out) as f:
+        f.create_dataset("X", shape=(2, 0), dtype="f8")
+    assert out.read_bytes() == b"older output" and [p.name for p in tmp_path.iterdir()] == ["o.h5"]
+
+
+def test_convert_options_of_another_format_are_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "t.csv").write_text("1,2,0\n3,4,1\n")
+    np.save(tmp_path / "a.npy", np.zeros((2, 2)))
+    (tmp_path / "a.svm").write_text("1 1:2\n")
+    out = str(tmp_path / "o.h5")
+    for src, option, needle in [("t.csv", ["--features", "3"], "--features: 3"),
+                                ("a.npy", ["--zero-based"], "--zero-based: True"),
+                                ("a.svm", ["--label-column", "0"], "--label-column: 0")]:
+        assert slaq_main(["data", "convert", str(tmp_path / src), out, *option]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err and "input only" in err, err
     assert not (tmp_path / "o.h5").exists()

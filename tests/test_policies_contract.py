@@ -58,3 +58,37 @@ def test_finish_time_fair_with_serial_jobs_does_not_overbook() -> None:
     for now in np.linspace(26.0, 31.0, 11):
         alloc = get_policy("finish-time-fair").allocate(ClusterSnapshot(7, float(now), 2.0, jobs))
         assert sum(alloc.values()) <= 7 and min(alloc.values()) >= 1
+
+
+# every constructor check of every policy: (policy, the one bad parameter, its value, the message)
+BAD_PARAMETERS = [
+    ("slaq", "window", 2, "window must be an integer >= 3 (got 2)"),
+    ("slaq", "decay", 0, "decay must be > 0 (got 0)"),
+    ("slaq", "prior_seconds", -1.0, "prior_seconds must be > 0 (got -1.0)"),
+    ("slaq", "reserve_fraction", 1.5, "reserve_fraction must be a fraction in [0, 1] (got 1.5)"),
+    ("slaq", "reserve_fraction", -0.1, "reserve_fraction must be a fraction in [0, 1] (got -0.1)"),
+    ("slaq", "normalize", "spans", "normalize must be 'span' or 'max_drop' (got 'spans')"),
+    ("goodput", "p", 2.0, "p must be a finite number <= 1 (got 2.0)"),
+    ("goodput", "window", 1, "window must be an integer >= 3 (got 1)"),
+    ("finish-time-fair", "slack", 0.5, "slack must be a finite number >= 1 (got 0.5)"),
+    ("finish-time-fair", "decay", -2.0, "decay must be > 0 (got -2.0)"),
+    ("utility", "window", 0, "window must be an integer >= 3 (got 0)"),
+    ("utility", "decay", 0.0, "decay must be > 0 (got 0.0)"),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "value", "message"), BAD_PARAMETERS)
+def test_a_bad_parameter_is_named_with_its_value_and_what_is_allowed(name: str, key: str, value: object,
+                                                                   message: str) -> None:
+    from slaq_mpi.policies import PolicyError
+
+    with pytest.raises(PolicyError) as info:
+        get_policy(name, **{key: value})
+    assert str(info.value) == f"bad parameters for policy {name!r}: {message}"
+
+
+def test_nan_is_refused_by_the_constructor_too() -> None:
+    from slaq_mpi.policies.slaq import SlaqPolicy
+
+    with pytest.raises(ValueError, match=r"^decay must be > 0 \(got nan\)$"):
+        SlaqPolicy(decay=float("nan"))

@@ -35,6 +35,7 @@ import math
 import numpy as np
 
 from slaq_mpi.policies._outlook import Outlook, build_outlook, min_cores_within, top_up
+from slaq_mpi.policies._params import require
 from slaq_mpi.policies.slaq import SlaqPolicy
 from slaq_mpi.snapshot import ClusterSnapshot
 
@@ -62,8 +63,7 @@ class FinishTimeFairPolicy:
     name = "finish-time-fair"
 
     def __init__(self, slack: float = 1.0, window: int = 16, decay: float = 6.0) -> None:
-        if not (math.isfinite(slack) and slack >= 1.0):
-            raise ValueError(f"slack must be a number >= 1, not {slack!r}")
+        require("slack", slack, math.isfinite(slack) and slack >= 1.0, "a finite number >= 1")
         self.slack = float(slack)
         self._brain = SlaqPolicy(window=window, decay=decay)
 

@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from slaq_mpi.policies._outlook import build_outlook, power_utility, top_up
+from slaq_mpi.policies._params import require
 from slaq_mpi.policies.slaq import SlaqPolicy
 from slaq_mpi.snapshot import ClusterSnapshot
 
@@ -54,8 +55,7 @@ class GoodputPolicy:
     name = "goodput"
 
     def __init__(self, p: float = -1.0, window: int = 16, decay: float = 6.0) -> None:
-        if not math.isfinite(p) or p > 1:
-            raise ValueError(f"p must be a finite number <= 1, not {p!r}")
+        require("p", p, math.isfinite(p) and p <= 1, "a finite number <= 1")
         self.p = float(p)
         self._brain = SlaqPolicy(window=window, decay=decay)
 

@@ -23,6 +23,7 @@ from itertools import repeat
 import numpy as np
 
 from slaq_mpi._numeric import zero_nonfinite
+from slaq_mpi.policies._params import require
 from slaq_mpi.predict import (
     DEFAULT_DECAY,
     DEFAULT_WINDOW,
@@ -311,15 +312,16 @@ class SlaqPolicy:
         normalize: str = "span",
         learn_scaling: bool = True,
     ) -> None:
-        if window < 3 or decay <= 0 or prior_seconds <= 0 or not 0 <= reserve_fraction <= 1:
-            raise ValueError("need window >= 3, decay > 0, prior_seconds > 0, 0 <= reserve_fraction <= 1")
+        require("window", window, window >= 3, "an integer >= 3")
+        require("decay", decay, decay > 0, "> 0")  # `not nan > 0`: NaN is refused too
+        require("prior_seconds", prior_seconds, prior_seconds > 0, "> 0")
+        require("reserve_fraction", reserve_fraction, 0 <= reserve_fraction <= 1, "a fraction in [0, 1]")
+        require("normalize", normalize, normalize in ("span", "max_drop"), "'span' or 'max_drop'")
         self.window = int(window)
         self.decay = float(decay)
         self.prior_seconds = float(prior_seconds)
         self.reserve_fraction = float(reserve_fraction)
         self.min_gain = float(min_gain)
-        if normalize not in ("span", "max_drop"):
-            raise ValueError("normalize must be 'span' or 'max_drop'")
         self.normalize = normalize
         self.learn_scaling = bool(learn_scaling)
         # job id -> (losses seen, last loss, largest drop, fitted parameters of both families
