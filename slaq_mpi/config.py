@@ -21,12 +21,15 @@ from slaq_mpi.datasets import (
     DatasetSpec,
     check_file,
     generator_label_problem,
+    generator_param_problem,
     generator_top_label,
+)
+from slaq_mpi.datasets import (
+    SEED_MAX as JOB_SEED_MAX,
 )
 from slaq_mpi.errors import ConfigError, DataError
 
 SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must still fit in 64 bits
-JOB_SEED_MAX = 2**63 - 1  # seeds are stored in HDF5 as 64-bit integers
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _TOP_KEYS = {
     "name", "output_dir", "epoch_seconds", "policy", "ranks", "seed", "jobs", "slurm",
@@ -327,13 +330,10 @@ def _dataset(raw: Any, where: str, check_files: bool,
             if key in GENERATOR_REQUIRED:
                 raise ConfigError(f"{where}.{key}", None, f"is required for generator {gen!r}")
             continue
-        if want is int:
-            out[key] = (_int(params[key], f"{where}.{key}", lo=0, hi=JOB_SEED_MAX) if key == "seed"
-                        else _int(params[key], f"{where}.{key}", lo=1))
-        else:  # alpha (a Dirichlet concentration) and density must be > 0; density <= 1
-            out[key] = _float(params[key], f"{where}.{key}", lo=0.0, open_lo=key in ("alpha", "density"))
-            if key == "density" and out[key] > 1.0:
-                raise ConfigError(f"{where}.{key}", params[key], "must be a fraction in (0, 1]")
+        problem = generator_param_problem(key, params[key])  # the rules of `slaq data make` too
+        if problem is not None:
+            raise ConfigError(f"{where}.{key}", params[key], problem)
+        out[key] = want(params[key])
     problem = generator_label_problem(str(gen), out, solver)
     if problem is not None:
         suggest = getattr(solver, "dataset_kind", None)

@@ -158,6 +158,7 @@ GENERATOR_REQUIRED: dict[str, type] = {"rows": int, "features": int}
 #: The allowed range of every generator parameter, as the experiment YAML checks it
 #: (``config._dataset``): integers (sizes, counts) >= 1, the seed >= 0, numbers >= 0 and
 #: finite, ``alpha`` and ``density`` > 0, ``density`` <= 1. ``slaq data make`` applies the same.
+SEED_MAX = 2**63 - 1  # seeds are kept in HDF5 attributes as 64-bit integers
 GENERATOR_MIN: dict[str, tuple[float, bool]] = {  # name -> (lowest, whether lowest itself is refused)
     "rows": (1, False), "features": (1, False), "seed": (0, False), "centers": (1, False),
     "topics": (1, False), "doc_length": (1, False), "noise": (0.0, False), "spread": (0.0, False),
@@ -172,6 +173,9 @@ def generator_param_problem(key: str, value: Any) -> str | None:
     want = {**GENERATOR_REQUIRED, "seed": int, **optional}[key]
     lo, open_lo = GENERATOR_MIN[key]
     if want is int:
+        if key == "seed" and not isinstance(value, bool) and isinstance(value, int | np.integer) \
+                and value > SEED_MAX:
+            return f"must be an integer in [0, {SEED_MAX}]"
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
             return f"must be an integer >= {int(lo)}"
         return None

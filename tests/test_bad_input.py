@@ -54,7 +54,7 @@ CASES = {
     "unknown algorithm": (_with(["jobs", 0, "algorithm"], "xgboost"),
                           ["jobs[0].algorithm", "'xgboost'", "logreg"]),
     "unknown policy": (_with(["policy"], "lottery"), ["policy", "'lottery'", "fair"]),
-    "zero density": (_with(["jobs", 0, "dataset", "density"], 0), ["jobs[0].dataset.density", "> 0"]),
+    "zero density": (_with(["jobs", 0, "dataset", "density"], 0), ["jobs[0].dataset.density", "(0, 1]"]),
     "density above one": (_with(["jobs", 0, "dataset", "density"], 1.5),
                           ["jobs[0].dataset.density", "1.5", "(0, 1]"]),
     "bad policy parameter value": (_with(["policy"], {"name": "slaq", "params": {"window": 2}}),
