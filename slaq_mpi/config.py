@@ -117,6 +117,11 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
+def yaml_loader() -> type[yaml.SafeLoader]:
+    """The YAML loader of experiment files (safe; refuses duplicate keys; reads 1e-4 as a number)."""
+    return _Loader
+
+
 def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     """Read and validate the experiment YAML at ``path``."""
     p = Path(path)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,8 +53,9 @@ def _fmt(fmt: str, val: Any) -> str:
     return fmt.format(val)
 
 
-def format_table(rows: Mapping[str, Mapping[str, float]]) -> str:
-    """A fixed-width text table: one row per run label, one column per :data:`COLUMNS` entry."""
+def format_table(rows: Mapping[str, Mapping[str, float]], compare: bool = True) -> str:
+    """A fixed-width text table: one row per run label, one column per :data:`COLUMNS` entry,
+    then (``compare``) the lines comparing policies (:func:`format_comparison`)."""
     headers = ["policy"] + [h for _, h, _ in COLUMNS]
     body = [[label] + [_fmt(f, r.get(k)) for k, _, f in COLUMNS] for label, r in rows.items()]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
@@ -61,7 +64,7 @@ def format_table(rows: Mapping[str, Mapping[str, float]]) -> str:
     for b in body:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                for i, (c, w) in enumerate(zip(b, widths, strict=True))))
-    comp = format_comparison(rows)
+    comp = format_comparison(rows) if compare else ""
     return "\n".join(lines) + ("\n" + comp if comp else "")
 
 
@@ -69,6 +72,8 @@ def _change(val: float, base: float) -> str:
     if not (math.isfinite(val) and math.isfinite(base)) or base == 0:
         return "-"
     pct = (val - base) / base * 100.0
+    if round(abs(pct), 1) == 0:
+        return "the same"
     return f"{abs(pct):.1f}% {'lower' if pct < 0 else 'higher'}"
 
 
@@ -90,11 +95,16 @@ def format_comparison(rows: Mapping[str, Mapping[str, float]], baseline: str = "
 
 
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
-    """Every metrics.h5 under the given run directories (a directory or its subdirectories)."""
+    """Every metrics.h5 under the given run directories (a directory or its subdirectories),
+    each once. Other files (the PNGs a report wrote beside the runs, which ``runs/paper/*``
+    also matches) are skipped with a note, as long as some run is left."""
     found: list[Path] = []
+    skipped: list[str] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_file():
+        if p.is_file() and p.suffix not in (".h5", ".hdf5"):
+            skipped.append(str(p))
+        elif p.is_file():
             found.append(p)
         elif (p / "metrics.h5").is_file():
             found.append(p / "metrics.h5")
@@ -103,7 +113,15 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
         else:
             raise ConfigError("RUN_DIR", str(p), "must be a run directory holding metrics.h5 "
                               "(or directories that do)")
-    return found
+    if not found:
+        raise ConfigError("RUN_DIR", " ".join(skipped), "must be a run directory holding metrics.h5 "
+                          "(or directories that do)")
+    if skipped:
+        print(f"slaq: note: skipped what is not a run: {', '.join(skipped)}", file=sys.stderr)
+    unique: dict[Path, Path] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), path)
+    return list(unique.values())
 
 
 def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
@@ -118,13 +136,30 @@ def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
     for path, run in loaded:
         label = f"{run.policy} ({run.mode})" if mixed else run.policy
         if label in runs:
-            label = f"{run.policy} ({run.mode}, {path.parent.name})"
+            label = f"{run.policy} ({run.mode}, {_shown(path.parent)})"
         n = 2
         base = label
         while label in runs:
             label, n = f"{base} #{n}", n + 1
         runs[label] = run
     return runs
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the user would name it: relative to here unless that climbs out."""
+    rel = os.path.relpath(path)
+    return str(path.resolve()) if rel.startswith("..") else rel
+
+
+def same_workload(runs: Sequence[RunData]) -> bool:
+    """Whether the runs are of one workload, so that comparing them (one L* per job, one
+    window) means something: the jobs they share have the same algorithm and arrival, and the
+    jobs of each are those of the largest (a run cut short lacks only its later jobs)."""
+    jobs = [{n: (j.algorithm, round(j.arrival, 6)) for n, j in r.jobs.items()} for r in runs]
+    if not jobs:
+        return True
+    full = max(jobs, key=len)
+    return all(all(full.get(n) == v for n, v in js.items()) for js in jobs)
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
@@ -163,16 +198,40 @@ def plots_dir(run_dirs: Sequence[str | Path]) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the table and write the PNG figures."""
     runs = load_runs(args.run_dirs)
-    l_star = common_l_star(runs.values())
-    rows, window = summarize_runs(runs, l_star, _window(args.window))
-    print(window_line(window, bool(args.window)))
-    print(format_table(rows))
-    if not args.no_plots:
+    chosen = _window(args.window)
+    if args.out:
+        check_plots_dir(Path(args.out))
+    alike = same_workload(list(runs.values()))
+    if alike:
+        l_star = common_l_star(runs.values())
+        rows, window = summarize_runs(runs, l_star, chosen)
+        print(window_line(window, bool(args.window)))
+    else:  # nothing in common to compare: each run on its own L* and window
+        rows = {label: summarize_runs({label: run}, None, chosen)[0][label] for label, run in runs.items()}
+        print("note: these runs are not of one workload (their jobs differ): each is measured on "
+              "its own L* and window, and they are not compared")
+        print(window_line(chosen, bool(args.window)))
+    print(format_table(rows, compare=alike))
+    if not args.no_plots and alike:
         _plots(runs, l_star, Path(args.out) if args.out else plots_dir(args.run_dirs))
+    elif not args.no_plots:
+        print("plots skipped: runs of different workloads do not share figures; report each "
+              "workload's runs on their own")
     if args.json:  # last, so `tail -1` is the JSON
         print(json.dumps({"runs": {k: {m: (v if math.isfinite(v) else None) for m, v in r.items()}
                                    for k, r in rows.items()}}))
     return 0
+
+
+def check_plots_dir(out: Path) -> None:
+    """Refuse a ``--out`` that cannot hold the PNGs (before anything is computed)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", str(out), "exists and is not a directory; give a directory for the PNGs")
+    base = out
+    while not base.exists():
+        base = base.parent
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError("--out", str(out), f"cannot be written: {base} is not a writable directory")
 
 
 def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path) -> None:

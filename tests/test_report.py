@@ -20,9 +20,9 @@ from slaq_mpi.sim.h5io import read_metrics, write_metrics
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def small_spec() -> Any:
+def small_spec(seed: int = 1) -> Any:
     return config.parse({
-        "name": "small", "epoch_seconds": 1.0, "policy": "fair", "ranks": 9, "seed": 1,
+        "name": "small", "epoch_seconds": 1.0, "policy": "fair", "ranks": 9, "seed": seed,
         "jobs": [{"name": "lr", "algorithm": "logreg",
                   "dataset": {"generator": "classification", "rows": 10000, "features": 10},
                   "stop": {"max_iterations": 200, "tolerance": 1e-6}}],
@@ -77,9 +77,75 @@ def test_table_and_json(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert 0 < fair["min_speedup"] <= fair["mean_speedup"]
 
 
-def test_repeated_policies_get_unique_labels(sim_dir: Path) -> None:
-    runs = load_runs([sim_dir / "fair", sim_dir / "fair"])
-    assert len(runs) == 2 and "fair" in runs
+def test_repeated_policies_get_unique_labels(sim_dir: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    assert list(load_runs([sim_dir / "fair", sim_dir / "fair"])) == ["fair"]  # one run, read once
+    other = tmp_path / "again" / "fair"
+    other.mkdir(parents=True)
+    (other / "metrics.h5").write_bytes((sim_dir / "fair" / "metrics.h5").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    runs = load_runs([sim_dir / "fair", Path("again")])
+    assert sorted(runs) == ["fair", f"fair (simulate, {Path('again') / 'fair'})"]  # named by directory
+
+
+def test_a_glob_over_runs_and_their_plots_reads_the_runs(sim_dir: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "avg_normalized_loss.png").write_bytes(PNG_MAGIC)  # what a report wrote there
+    for name in ("fair", "fifo"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.h5").write_bytes((sim_dir / name / "metrics.h5").read_bytes())
+    runs = load_runs(sorted(tmp_path.iterdir()))  # slaq report runs/paper/*
+    assert sorted(runs) == ["fair", "fifo"]
+    assert "skipped what is not a run" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="RUN_DIR"):
+        load_runs([tmp_path / "avg_normalized_loss.png"])
+
+
+def test_runs_of_different_workloads_are_not_compared(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run_policies(small_spec(), ["fair"], out=tmp_path / "s1")
+    run_policies(small_spec(seed=2), ["fair"], out=tmp_path / "s2")  # seed 2: other arrivals, same job names
+    alone = {}
+    for name in ("s1", "s2"):
+        args = parse(["report", str(tmp_path / name), "--no-plots", "--json"])
+        assert args.func(args) == 0
+        alone[name] = json.loads(capsys.readouterr().out.splitlines()[-1])["runs"]["fair"]
+    args = parse(["report", str(tmp_path / "s1"), str(tmp_path / "s2"), "--json"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "not of one workload" in out and " vs " not in out and "plots skipped" in out
+    both = json.loads(out.splitlines()[-1])["runs"]
+    assert sorted(both.values(), key=lambda r: r["makespan"]) == \
+        sorted(alone.values(), key=lambda r: r["makespan"])  # each measured as on its own
+
+
+def test_a_real_runs_utilities_come_from_its_config(sim_dir: Path, tmp_path: Path) -> None:
+    run = read_metrics(sim_dir / "fair")
+    name = run.job_names[0]
+    run.mode = "run"
+    run.config = (f"name: x\njobs:\n  - {{name: {name}, algorithm: logreg, utility: {{value: 1e1, "
+                  "deadline: 60, decay: 30}}\n  - {name: other, utility: {value: -1}}\n")
+    for job in run.jobs.values():
+        job.utility = None  # slaq run writes no utility attribute
+    write_metrics(tmp_path / "m.h5", run)
+    back = read_metrics(tmp_path / "m.h5")
+    assert back.jobs[name].utility == {"value": 10.0, "deadline": 60.0, "decay": 30.0}
+    assert all(j.utility is None for n, j in back.jobs.items() if n != name)
+
+
+def test_report_out_must_be_a_directory(sim_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    args = parse(["report", str(sim_dir), "--out", str(tmp_path / "afile")])
+    with pytest.raises(ConfigError, match="--out.*not a directory"):
+        args.func(args)
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_identical_figures_compare_as_the_same() -> None:
+    from slaq_mpi.report import format_comparison
+
+    rows = {"fair": {"avg_normalized_loss": 0.5}, "fifo": {"avg_normalized_loss": 0.5}}
+    assert "avg_normalized_loss the same" in format_comparison(rows)
 
 
 def test_missing_run_dir_is_a_config_error(tmp_path: Path) -> None:

@@ -109,8 +109,32 @@ def read_metrics(path: str | Path) -> RunData:
         raise DataError(f"{p}: truncated or damaged metrics file ({exc})") from None
 
 
+def _config_utilities(text: str) -> dict[str, dict[str, float]]:
+    """Each job's ``utility:`` in a run's config text (a real run keeps them only there)."""
+    import yaml
+
+    from slaq_mpi.config import yaml_loader
+    from slaq_mpi.errors import ConfigError
+    from slaq_mpi.policies.utility import validate_utility
+
+    try:
+        raw = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a safe loader
+        jobs = raw.get("jobs", []) if isinstance(raw, dict) else []
+    except yaml.YAMLError:
+        return {}
+    out = {}
+    for job in jobs if isinstance(jobs, list) else []:
+        if isinstance(job, dict) and "utility" in job:
+            try:
+                out[str(job.get("name"))] = validate_utility(job["utility"], "utility")
+            except ConfigError:
+                continue
+    return out
+
+
 def _read(f: h5py.File, p: Path) -> RunData:
     a = f.attrs
+    given = _config_utilities(_text(a.get("config", ""))) if _text(a.get("mode", "")) == "run" else {}
     jobs: dict[str, JobTrace] = {}
     for name, g in f.get("jobs", {}).items():
         ga = g.attrs
@@ -130,7 +154,7 @@ def _read(f: h5py.File, p: Path) -> RunData:
             attained_core_seconds=float(ga.get("attained_core_seconds", 0.0)),
             throughput=np.asarray(g["throughput"][()], dtype=np.float64).reshape(-1, 2)
             if "throughput" in g else None,
-            utility=json.loads(_text(ga["utility"])) if "utility" in ga else None,
+            utility=json.loads(_text(ga["utility"])) if "utility" in ga else given.get(name),
             scaling=_scaling(ga["scaling"]) if "scaling" in ga else None,
         )
     ep = f.get("epochs")
