@@ -122,6 +122,79 @@ def test_curves_record_writes_a_loadable_library(tmp_path: Path, capsys: pytest.
         assert np.array_equal(a.losses, b.losses)  # curves do not depend on timing
 
 
+def test_curves_record_of_one_algorithm_merges_into_the_packaged_library(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from slaq_mpi.sim import curves
+
+    packaged = curves.DEFAULT_LIBRARY.read_bytes()
+    lib_file = tmp_path / "curves.npz"
+    shutil.copy(curves.DEFAULT_LIBRARY, lib_file)
+    monkeypatch.setattr(curves, "DEFAULT_LIBRARY", lib_file)  # never the real packaged file
+    before = curves.CurveLibrary.load(lib_file)
+    args = parse(["curves", "record", "--algorithm", "linreg", "--seed", "7"])  # no --out
+    assert args.func(args) == 0
+    after = curves.CurveLibrary.load(lib_file)
+    assert after.algorithms() == before.algorithms() and len(before.algorithms()) > 1
+    new = after.for_algorithm("linreg")
+    assert new and all('"seed": 700' in c.recipe for c in new)  # recorded with --seed 7
+    for alg in before.algorithms():
+        if alg != "linreg":
+            assert [c.name for c in after.for_algorithm(alg)] == [c.name for c in before.for_algorithm(alg)]
+            for a, b in zip(after.for_algorithm(alg), before.for_algorithm(alg), strict=True):
+                assert np.array_equal(a.losses, b.losses) and a.cost_per_cell == b.cost_per_cell
+    n_old = len(before.for_algorithm("linreg"))
+    assert len(after) == len(before) - n_old + len(new)
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert f"{len(new)} curves of linreg recorded (replaced {n_old} old ones)" in out
+    assert f"now holds {len(after)} curves of {len(after.algorithms())} algorithms" in out
+    assert curves.DEFAULT_LIBRARY == lib_file and curves.Path(curves.__file__).with_name(
+        "curves.npz").read_bytes() == packaged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.npz"]  # no temp file left
+
+
+def test_curves_record_merges_into_an_existing_out_file(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi.sim.curves import CurveLibrary, analytic_curve
+
+    out = tmp_path / "mine"  # written to exactly this name (numpy would add .npz to a path)
+    CurveLibrary([analytic_curve("linear", np.random.default_rng(0), name="a1")]).save(out)
+    args = parse(["curves", "record", "--algorithm", "linreg", "--out", str(out)])
+    assert args.func(args) == 0
+    lib = CurveLibrary.load(out)
+    assert lib.algorithms() == ["analytic-linear", "linreg"] and lib.curves[0].name == "a1"
+    assert "recorded (new); library" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_curves_record_refuses_bad_arguments_before_recording(tmp_path: Path) -> None:
+    from tests.conftest import run_slaq
+
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "junk.npz").write_text("not a library")
+    cases = [
+        (["--algorithm", "bogus", "--out", "x.npz"],
+         ["--algorithm", "'bogus'", "allowed: gbt, gbt_classifier", "linreg", "svm"]),
+        (["--algorithm", "linreg", "--out", "nodir/x.npz"],
+         ["--out", "'nodir/x.npz'", "nodir does not exist"]),
+        (["--algorithm", "linreg", "--out", "adir"], ["--out", "'adir'", "is a directory"]),
+        (["--algorithm", "linreg", "--out", "junk.npz"],
+         ["--out", "junk.npz", "not a curve library", "another file"]),
+        (["--algorithm", "linreg", "--out", ""], ["--out", "''", "must name a .npz file"]),
+    ]
+    for argv, needles in cases:
+        proc = run_slaq(["curves", "record", *argv], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stdout == "" and "Traceback" not in proc.stderr  # nothing was recorded
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("slaq: error: "), proc.stderr
+        for needle in needles:
+            assert needle in lines[0], (needle, lines[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "junk.npz"]
+    assert (tmp_path / "junk.npz").read_text() == "not a library" and not any((tmp_path / "adir").iterdir())
+
+
 def test_oracle_needs_the_simulator() -> None:
     from slaq_mpi.policies import get_policy
     from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot

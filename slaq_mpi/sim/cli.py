@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slaq_mpi.errors import ConfigError
+
 __all__ = ["JSON_KEYS", "add_cli", "cmd_curves_record", "cmd_sim_check", "cmd_simulate"]
 
 #: Per-policy keys of ``slaq simulate --json`` (other issues append to this tuple).
@@ -87,14 +89,81 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_curves_record(args: argparse.Namespace) -> int:
-    """``slaq curves record``: re-record the curve library from our solvers."""
-    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
-    from slaq_mpi.sim.record import record_library
+def _algorithms(names: list[str] | None) -> list[str] | None:
+    """The ``--algorithm`` names, each once; a name that is not a solver is refused."""
+    if not names:
+        return None
+    from jobs import ALGORITHMS, load_solver
 
-    out = Path(args.out) if args.out else DEFAULT_LIBRARY
-    lib = record_library(out, args.algorithm or None, seed=args.seed)
-    print(f"{len(lib)} curves of {', '.join(lib.algorithms())} written to {out} "
+    out: list[str] = []
+    for name in names:
+        if name in ALGORITHMS or name in out:
+            pass
+        elif ".py:" in name:
+            try:
+                load_solver(name)
+            except Exception as exc:
+                raise ConfigError("--algorithm", name, f"this solver does not load "
+                                  f"({type(exc).__name__}: {exc})") from None
+        else:
+            raise ConfigError("--algorithm", name, f"allowed: {', '.join(sorted(ALGORITHMS))} "
+                              "(or a solver file: path/to/file.py:ClassName)")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _library_out(text: str | None) -> Path:
+    """Where ``slaq curves record`` writes: checked before anything is recorded."""
+    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
+
+    if text is None:
+        return DEFAULT_LIBRARY
+    if not text.strip():
+        raise ConfigError("--out", text, "must name a .npz file (leave --out out to update the "
+                          "packaged library)")
+    out = Path(text)
+    if out.is_dir():
+        raise ConfigError("--out", text, "is a directory; must name a .npz file")
+    return out
+
+
+def cmd_curves_record(args: argparse.Namespace) -> int:
+    """``slaq curves record``: record curves from our solvers and merge them into a library."""
+    import os
+
+    from slaq_mpi.errors import DataError
+    from slaq_mpi.sim.curves import CurveLibrary
+    from slaq_mpi.sim.record import record_curves
+
+    algorithms = _algorithms(args.algorithm)
+    out = _library_out(args.out)
+    where = out.resolve().parent
+    why = ("does not exist" if not where.exists() else "is not a directory" if not where.is_dir()
+           else "is not writable" if not os.access(where, os.W_OK | os.X_OK) else "")
+    if why:
+        raise ConfigError("--out", str(out), f"cannot be written: the directory {where} {why}"
+                          + ("" if args.out is not None else "; give --out FILE"))
+    try:
+        old = CurveLibrary.load(out) if out.exists() else CurveLibrary([])
+    except DataError:
+        raise ConfigError("--out", str(out), "exists and is not a curve library of `slaq curves "
+                          "record` (recorded curves are merged into it); remove it or give "
+                          "another file") from None
+    new = record_curves(algorithms, seed=args.seed)
+    if not new:
+        print(f"no usable curve recorded; {out} left as it was")
+        return 1
+    lib = old.merged(new)
+    lib.save(out)
+    algs = sorted({c.algorithm for c in new})
+    replaced = sum(len(old.for_algorithm(a)) for a in algs)
+    did = f"replaced {replaced} old ones" if replaced else "new"
+    kept = [a for a in (algorithms or []) if a not in algs and old.for_algorithm(a)]
+    if kept:
+        print(f"note: nothing usable recorded for {', '.join(kept)}: its old curves are kept")
+    print(f"{len(new)} curves of {', '.join(algs)} recorded ({did}); library {out} now holds "
+          f"{len(lib)} curves of {len(lib.algorithms())} algorithms "
           f"({out.stat().st_size / 1024:.0f} KiB)")
     return 0
 
@@ -102,7 +171,6 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
 def cmd_sim_check(args: argparse.Namespace) -> int:
     """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
     from slaq_mpi import rundir
-    from slaq_mpi.errors import ConfigError
     from slaq_mpi.sim.run import compare_with_run
 
     if args.out is None:
@@ -144,9 +212,13 @@ def add_cli(subparsers: Any) -> None:
     p.set_defaults(func=cmd_simulate)
     p = subparsers.add_parser("curves", help="the simulator's loss-curve library")
     csub = p.add_subparsers(dest="curves_command", required=True, metavar="ACTION")
-    r = csub.add_parser("record", help="re-record the curve library from our solvers (serial)")
-    r.add_argument("--out", metavar="FILE", help="where to write (default: the packaged library)")
-    r.add_argument("--algorithm", action="append", help="only these algorithms (repeatable)")
+    r = csub.add_parser("record", help="record loss curves from our solvers (serial) into the "
+                                       "curve library")
+    r.add_argument("--out", metavar="FILE",
+                   help="the library to update (default: the packaged one); the curves recorded "
+                        "replace those of their algorithms, all others are kept")
+    r.add_argument("--algorithm", action="append",
+                   help="only these algorithms (repeatable; default: all built-in ones)")
     r.add_argument("--seed", type=int, default=0,
                    help="base seed: recipe i of an algorithm seeds its synthetic dataset and its "
                         "solver with SEED*1000+i (default: %(default)s)")
