@@ -89,10 +89,22 @@ def test_fit_scaling_recovers_the_model() -> None:
     assert single.work == pytest.approx(4.4)
 
 
+def as_real_run(run_dir: Path) -> None:
+    """Make a simulation's metrics.h5 look like a real run's (mode run, no simulator-only
+    job attributes), to check sim-check against a run whose truth is known."""
+    with h5py.File(run_dir / "metrics.h5", "r+") as f:
+        f.attrs["mode"] = "run"
+        for g in f["jobs"].values():
+            for key in ("l_star", "utility", "scaling"):
+                if key in g.attrs:
+                    del g.attrs[key]
+
+
 def test_sim_check_on_a_simulated_run_agrees_with_itself(config_file: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
     assert args.func(args) == 0
+    as_real_run(tmp_path / "o" / "fair")
     cmp = compare_with_run(tmp_path / "o" / "fair", epoch_model="fluid")
     assert cmp.mean_share_difference < 0.02
     for name, model in cmp.scaling.items():
@@ -120,6 +132,57 @@ def test_curves_record_writes_a_loadable_library(tmp_path: Path, capsys: pytest.
     assert args.func(args) == 0
     for a, b in zip(lib.curves, CurveLibrary.load(again).curves, strict=True):
         assert np.array_equal(a.losses, b.losses)  # curves do not depend on timing
+
+
+UTILITY_CONFIG = {
+    "name": "u", "epoch_seconds": 1.0, "policy": "utility", "ranks": 4, "seed": 3,
+    "jobs": [
+        {"name": "urgent", "algorithm": "logreg", "stop": {"max_iterations": 60},
+         "utility": {"value": 10, "deadline": 8, "decay": 4},
+         "dataset": {"generator": "classification", "rows": 100000, "features": 50}},
+        {"name": "calm", "algorithm": "kmeans", "stop": {"max_iterations": 60},
+         "utility": {"value": 1}, "dataset": {"generator": "blobs", "rows": 100000, "features": 50}},
+        {"name": "other", "algorithm": "logreg", "stop": {"max_iterations": 60},
+         "dataset": {"generator": "classification", "rows": 100000, "features": 50}},
+    ],
+    "simulation": {"capacity": 3, "curves": "analytic", "work_scale": 5.0,
+                   "scaling": {"default": {"overhead": 0.01, "comm": 0.002}}},
+}
+
+
+def test_sim_check_gives_the_jobs_their_utility_specs(tmp_path: Path) -> None:
+    cfg = tmp_path / "u.yaml"
+    cfg.write_text(yaml.safe_dump(UTILITY_CONFIG))
+    args = parse(["simulate", str(cfg), "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    as_real_run(tmp_path / "o" / "utility")  # a real run's metrics hold no utility
+    real = read_metrics(tmp_path / "o" / "utility")
+    assert real.policy == "utility" and real.jobs["urgent"].utility is None
+    cmp = compare_with_run(tmp_path / "o" / "utility", epoch_model="fluid")
+    assert cmp.simulated.jobs["urgent"].utility == {"value": 10.0, "deadline": 8.0, "decay": 4.0}
+    assert cmp.simulated.jobs["calm"].utility == {"value": 1.0, "decay": 0.0}
+    assert cmp.simulated.jobs["other"].utility is None
+    # the utility policy decides on the same specs, so its allocations are the real ones
+    assert np.array_equal(cmp.simulated.alloc[: len(real.alloc)], real.alloc)
+    assert cmp.mean_share_difference == 0.0
+
+
+def test_sim_check_refuses_a_simulated_run(config_file: Path, tmp_path: Path) -> None:
+    from tests.conftest import run_slaq
+
+    args = parse(["simulate", str(config_file), "--policy", "fifo", "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    before = (tmp_path / "o" / "fifo" / "metrics.h5").read_bytes()
+    for extra in ([], ["--out", "check"], ["--json"]):
+        proc = run_slaq(["sim-check", "o/fifo", *extra], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stdout == ""
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert lines[0] == ("slaq: error: o/fifo is a simulated run (its metrics.h5 has mode "
+                            "'simulate'); sim-check compares a real run (slaq run) with its simulation")
+    assert not (tmp_path / "check").exists()
+    assert (tmp_path / "o" / "fifo" / "metrics.h5").read_bytes() == before
 
 
 def test_curves_record_of_one_algorithm_merges_into_the_packaged_library(

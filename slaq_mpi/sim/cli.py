@@ -171,14 +171,12 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
 def cmd_sim_check(args: argparse.Namespace) -> int:
     """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
     from slaq_mpi import rundir
-    from slaq_mpi.sim.run import compare_with_run
+    from slaq_mpi.sim.run import compare_with_run, read_real_run
 
     if args.out is None:
         cmp = compare_with_run(args.run_dir, epoch_model=args.epoch_model)
     else:
-        from slaq_mpi.sim.h5io import read_metrics
-
-        read_metrics(args.run_dir)  # a bad RUN_DIR is refused before --out is touched
+        read_real_run(args.run_dir)  # a bad RUN_DIR is refused before --out is touched
         out, real = Path(args.out).resolve(), Path(args.run_dir).resolve()
         if out == real or out in real.parents:
             raise ConfigError("--out", args.out, f"must not be the real run's directory or hold it "
