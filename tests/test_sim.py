@@ -154,6 +154,22 @@ def test_max_epochs_and_horizon_stop_early() -> None:
     assert any(j.status in ("running", "waiting") for j in run.jobs.values())
 
 
+def test_horizon_cuts_the_last_epoch() -> None:
+    from slaq_mpi.policies import get_policy
+
+    job = linear_job(n=40, work=1.0)  # 0.25 s per iteration on 4 cores
+    run = simulate([job], get_policy("fair"), capacity=4, epoch_seconds=2.0, horizon=0.5)
+    trace = run.jobs["j"]
+    assert list(run.epoch_time) == [0.0]
+    assert len(trace.loss) == 2 and trace.time.tolist() == pytest.approx([0.25, 0.5])
+    assert trace.attained_core_seconds == pytest.approx(4 * 0.5)  # 4 cores until the horizon
+    assert trace.status == "running"
+    # a horizon after several epochs: the epochs before it are whole, the last one is cut
+    run = simulate([job], get_policy("fair"), capacity=4, epoch_seconds=2.0, horizon=5.0)
+    assert list(run.epoch_time) == [0.0, 2.0, 4.0]
+    assert len(run.jobs["j"].loss) == 20 and run.jobs["j"].time.max() == pytest.approx(5.0)
+
+
 def test_stop_iteration_rules() -> None:
     curve = np.array([8.0, 4.0, 2.0, 1.0, 1.0, 1.0])
     assert stop_iteration(curve, 3, None, 100) == 3

@@ -24,7 +24,8 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
       epoch_model: fluid       # fluid: iterations flow across epochs; live: like `slaq run`
                                # (>= 1 whole iteration per epoch; the slowest job sets its end)
       max_epochs: 100          # stop early (default: when every job is done)
-      horizon: 3600.0          # stop at this simulated time (seconds)
+      horizon: 3600.0          # stop at this simulated time (seconds); the epoch it falls in
+                               # is cut to end there (live: each running job still does one iteration)
       max_iterations: 20000    # safety cap on iterations of any simulated job
 """
 
