@@ -177,6 +177,29 @@ def test_stop_iteration_rules() -> None:
     assert stop_iteration(curve, 100, None, 50) == 50  # the simulator's cap
 
 
+@pytest.mark.parametrize("jitter", [400, 5.5, -0.1, math.inf, True])
+def test_size_jitter_has_a_bound(jitter: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(make_spec({"workload": {"jobs": 3, "mean_gap": 1.0, "size_jitter": jitter}}))
+    assert info.value.where == "simulation.workload.size_jitter"
+    assert "[0, 5]" in str(info.value)
+
+
+def test_size_jitter_up_to_five_is_allowed() -> None:
+    settings = parse_settings(make_spec({"workload": {"jobs": 3, "mean_gap": 1.0, "size_jitter": 5}}))
+    assert settings.workload is not None and settings.workload.size_jitter == 5.0
+
+
+def test_overflowing_job_work_names_the_keys_that_set_it() -> None:
+    spec = make_spec({"capacity": 4, "curves": "analytic", "work_scale": 1e308,
+                      "scaling": {"default": {"cost": 1e-6}}})
+    with pytest.raises(ConfigError) as info:
+        run_policies(spec, ["fair"])
+    assert info.value.where == "simulation.work_scale"
+    for key in ("'lr'", "inf", "simulation.scaling.logreg.cost", "simulation.workload.size_jitter"):
+        assert key in str(info.value), key
+
+
 def test_settings_validation_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"simulation\.workload\.mean_gap"):
         parse_settings(make_spec({"workload": {"jobs": 3, "mean_gap": -1}}))

@@ -14,7 +14,7 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
         mean_gap: 15.0         # Poisson arrivals: exponential gaps with this mean (seconds)
         start: 0.0             # first arrival time
         mix: {logreg-a: 2}     # template weights; a template left out has weight 0 (no mix: all equal)
-        size_jitter: 0.3       # sigma of a lognormal factor on each job's work
+        size_jitter: 0.3       # sigma of a lognormal factor on each job's work, 0 to 5
       work_scale: 1.0          # multiplies every job's work (calibration knob)
       scaling:                 # seconds/iter(a) = work/a + overhead + comm * log2(a)
         default: {overhead: 0.05, comm: 0.01}
@@ -98,6 +98,19 @@ def _num(val: Any, where: str, lo: float, open_lo: bool = False) -> float:
     ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
     if not ok or val < lo or (open_lo and val == lo):
         raise ConfigError(where, val, f"must be a number {'>' if open_lo else '>='} {lo:g}")
+    return float(val)
+
+
+#: Largest ``workload.size_jitter``: the sigma of a lognormal, so 5 already spreads job sizes
+#: over a factor of e**10 (about 22,000) between the 2.5th and the 97.5th percentile.
+MAX_SIZE_JITTER = 5.0
+
+
+def _jitter(val: Any, where: str) -> float:
+    ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
+    if not ok or not 0.0 <= val <= MAX_SIZE_JITTER:
+        raise ConfigError(where, val, f"must be a number in [0, {MAX_SIZE_JITTER:g}] (the sigma "
+                          "of a lognormal factor on each job's work)")
     return float(val)
 
 
@@ -232,5 +245,5 @@ def _workload(raw: Any, spec: Any) -> WorkloadSettings:
         mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0),
         start=_num(wl.get("start", 0.0), f"{w}.start", 0.0),
         mix=weights,
-        size_jitter=_num(wl.get("size_jitter", 0.3), f"{w}.size_jitter", 0.0),
+        size_jitter=_jitter(wl.get("size_jitter", 0.3), f"{w}.size_jitter"),
     )
