@@ -200,6 +200,26 @@ def test_overflowing_job_work_names_the_keys_that_set_it() -> None:
         assert key in str(info.value), key
 
 
+@pytest.mark.parametrize(("simulation", "where", "needle"), [
+    ({"nodes": 20}, "simulation.cores_per_node", "required with simulation.nodes"),
+    ({"cores_per_node": 32}, "simulation.nodes", "required with simulation.cores_per_node"),
+    ({"capacity": 64, "nodes": 2, "cores_per_node": 32}, "simulation.nodes", "not both"),
+    ({"capacity": 64, "cores_per_node": 32}, "simulation.cores_per_node", "not both"),
+])
+def test_capacity_comes_from_capacity_or_nodes_times_cores(simulation: dict[str, Any], where: str,
+                                                          needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(make_spec(simulation))
+    assert info.value.where == where and needle in str(info.value)
+    assert parse_settings(make_spec({"nodes": 3, "cores_per_node": 4})).capacity == 12
+
+
+def test_a_policy_listed_twice_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(make_spec({"policies": ["slaq", "fair", "slaq"]}))
+    assert info.value.where == "simulation.policies" and "listed twice" in str(info.value)
+
+
 def test_settings_validation_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"simulation\.workload\.mean_gap"):
         parse_settings(make_spec({"workload": {"jobs": 3, "mean_gap": -1}}))

@@ -78,6 +78,28 @@ def test_simulate_policy_flag_and_bad_policy(config_file: Path, capsys: pytest.C
         args.func(args)
 
 
+def test_simulate_refuses_an_empty_out_and_a_policy_given_twice(config_file: Path,
+                                                               tmp_path: Path) -> None:
+    from tests.conftest import run_slaq
+
+    for argv, needles in (
+        (["--out", ""], ["--out", "''", "must name a directory"]),
+        (["--out", " "], ["--out", "' '", "must name a directory"]),
+        (["--policy", "slaq", "--policy", "fair", "--policy", "slaq"],
+         ["--policy", "'slaq'", "given twice"]),
+    ):
+        proc = run_slaq(["simulate", str(config_file), *argv], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stdout == ""  # refused before anything was simulated
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("slaq: error: "), proc.stderr
+        for needle in needles:
+            assert needle in lines[0], (needle, lines[0])
+    proc = run_slaq(["sim-check", "somewhere", "--out", ""], cwd=tmp_path)
+    assert proc.returncode == 2 and "--out: '' is not allowed" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
 def test_fit_scaling_recovers_the_model() -> None:
     true = ScalingModel(work=8.0, overhead=0.05, comm=0.01)
     pairs = [(a, true.seconds(a)) for a in (1, 2, 4, 8, 16, 3, 6)]

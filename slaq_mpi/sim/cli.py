@@ -56,6 +56,12 @@ def _num(v: float) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
+def _check_out(out: str | None) -> None:
+    """Refuse an empty ``--out DIR`` (which would otherwise mean: write nothing)."""
+    if out is not None and not out.strip():
+        raise ConfigError("--out", out, "must name a directory (leave --out out to write nothing)")
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
     from slaq_mpi import config, rundir
@@ -65,9 +71,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from slaq_mpi.sim.run import run_policies
     from slaq_mpi.sim.settings import check_policy_name, parse_settings
 
+    _check_out(args.out)
     spec = config.load(args.config, check_files=False)
-    for name in args.policy or []:
+    for i, name in enumerate(args.policy or []):
         check_policy_name(name, "--policy")
+        if name in args.policy[:i]:
+            raise ConfigError("--policy", name, "is given twice; give each policy once")
     library = CurveLibrary.load(parse_settings(spec).curve_file)  # all input checked first
     out = Path(args.out) if args.out else None
     say = _progress(args)
@@ -173,6 +182,7 @@ def cmd_sim_check(args: argparse.Namespace) -> int:
     from slaq_mpi import rundir
     from slaq_mpi.sim.run import compare_with_run, read_real_run
 
+    _check_out(args.out)
     if args.out is None:
         cmp = compare_with_run(args.run_dir, epoch_model=args.epoch_model)
     else:
@@ -202,7 +212,7 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser("simulate", help="simulate an experiment under one or more policies")
     p.add_argument("config", help="experiment YAML (its simulation: section, see docs)")
     p.add_argument("--policy", action="append", metavar="NAME",
-                   help="policy to simulate (repeatable; default: simulation.policies)")
+                   help="policy to simulate (repeatable, each once; default: simulation.policies)")
     p.add_argument("--out", metavar="DIR", help="write DIR/<policy>/metrics.h5")
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
     p.add_argument("--max-epochs", type=_positive_int, default=None,

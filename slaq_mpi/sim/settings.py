@@ -4,9 +4,9 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
 
     simulation:
       capacity: 640            # cores for jobs (default: nodes * cores_per_node, else ranks - 1)
-      nodes: 20                # alternative to capacity, with cores_per_node
-      cores_per_node: 32
-      policies: [fair, slaq]   # what `slaq simulate` runs when no --policy is given
+      nodes: 20                # instead of capacity: both nodes and cores_per_node, and
+      cores_per_node: 32       #   capacity = nodes * cores_per_node
+      policies: [fair, slaq]   # what `slaq simulate` runs when no --policy is given (each once)
       curves: library          # library (recorded from our solvers) | analytic
       curve_file: path.npz     # another recorded library (default: the packaged one)
       workload:                # absent: the `jobs:` list is the workload, arrivals as listed
@@ -138,11 +138,19 @@ def parse_settings(spec: Any) -> SimSettings:
     """
     raw = _keys(spec.simulation or {}, "simulation", _KEYS)
     w = "simulation"
+    node_keys = [k for k in ("nodes", "cores_per_node") if k in raw]
+    if "capacity" in raw and node_keys:
+        raise ConfigError(f"{w}.{node_keys[0]}", raw[node_keys[0]], "give either capacity or "
+                          "nodes with cores_per_node (capacity = nodes * cores_per_node), not both")
     if "capacity" in raw:
         capacity = _integer(raw["capacity"], f"{w}.capacity", 1)
-    elif "nodes" in raw or "cores_per_node" in raw:
-        capacity = _integer(raw.get("nodes", 1), f"{w}.nodes", 1) * _integer(
-            raw.get("cores_per_node", 1), f"{w}.cores_per_node", 1)
+    elif node_keys:
+        for key, other in (("nodes", "cores_per_node"), ("cores_per_node", "nodes")):
+            if key not in raw:
+                raise ConfigError(f"{w}.{key}", None, f"this key is required with {w}.{other} "
+                                  "(capacity = nodes * cores_per_node); or give capacity")
+        capacity = _integer(raw["nodes"], f"{w}.nodes", 1) * _integer(
+            raw["cores_per_node"], f"{w}.cores_per_node", 1)
     else:
         capacity = max(1, int(spec.ranks) - 1)
     pols = raw.get("policies", [spec.policy])
@@ -150,8 +158,10 @@ def parse_settings(spec: Any) -> SimSettings:
         pols = [pols]
     if not isinstance(pols, list) or not pols:
         raise ConfigError(f"{w}.policies", pols, "must be a non-empty list of policy names")
-    for p in pols:
+    for i, p in enumerate(pols):
         check_policy_name(p, f"{w}.policies", must_load=False)
+        if p in pols[:i]:
+            raise ConfigError(f"{w}.policies", p, "is listed twice; list each policy once")
     curves = raw.get("curves", "library")
     if curves not in CURVE_SOURCES:
         raise ConfigError(f"{w}.curves", curves, f"allowed: {', '.join(CURVE_SOURCES)}")
