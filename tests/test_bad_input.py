@@ -370,6 +370,10 @@ def test_sim_check_out_never_replaces_the_real_run(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(GOOD))
     assert run_slaq(["simulate", str(cfg), "--out", "sim"], cwd=tmp_path).returncode == 0
+    import h5py
+
+    with h5py.File(tmp_path / "sim" / "fair" / "metrics.h5", "r+") as f:
+        f.attrs["mode"] = "run"  # sim-check refuses a simulated run: this one passes as real
     before = (tmp_path / "sim" / "fair" / "metrics.h5").read_bytes()
     for out in ("sim/fair", "sim"):
         _refused(run_slaq(["sim-check", "sim/fair", "--out", out], cwd=tmp_path), "--out",

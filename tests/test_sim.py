@@ -154,11 +154,70 @@ def test_max_epochs_and_horizon_stop_early() -> None:
     assert any(j.status in ("running", "waiting") for j in run.jobs.values())
 
 
+def test_horizon_cuts_the_last_epoch() -> None:
+    from slaq_mpi.policies import get_policy
+
+    job = linear_job(n=40, work=1.0)  # 0.25 s per iteration on 4 cores
+    run = simulate([job], get_policy("fair"), capacity=4, epoch_seconds=2.0, horizon=0.5)
+    trace = run.jobs["j"]
+    assert list(run.epoch_time) == [0.0]
+    assert len(trace.loss) == 2 and trace.time.tolist() == pytest.approx([0.25, 0.5])
+    assert trace.attained_core_seconds == pytest.approx(4 * 0.5)  # 4 cores until the horizon
+    assert trace.status == "running"
+    # a horizon after several epochs: the epochs before it are whole, the last one is cut
+    run = simulate([job], get_policy("fair"), capacity=4, epoch_seconds=2.0, horizon=5.0)
+    assert list(run.epoch_time) == [0.0, 2.0, 4.0]
+    assert len(run.jobs["j"].loss) == 20 and run.jobs["j"].time.max() == pytest.approx(5.0)
+
+
 def test_stop_iteration_rules() -> None:
     curve = np.array([8.0, 4.0, 2.0, 1.0, 1.0, 1.0])
     assert stop_iteration(curve, 3, None, 100) == 3
     assert stop_iteration(curve, None, 1e-9, 100) == 5  # reports 1.0 twice after 5 iterations
     assert stop_iteration(curve, 100, None, 50) == 50  # the simulator's cap
+
+
+@pytest.mark.parametrize("jitter", [400, 5.5, -0.1, math.inf, True])
+def test_size_jitter_has_a_bound(jitter: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(make_spec({"workload": {"jobs": 3, "mean_gap": 1.0, "size_jitter": jitter}}))
+    assert info.value.where == "simulation.workload.size_jitter"
+    assert "[0, 5]" in str(info.value)
+
+
+def test_size_jitter_up_to_five_is_allowed() -> None:
+    settings = parse_settings(make_spec({"workload": {"jobs": 3, "mean_gap": 1.0, "size_jitter": 5}}))
+    assert settings.workload is not None and settings.workload.size_jitter == 5.0
+
+
+def test_overflowing_job_work_names_the_keys_that_set_it() -> None:
+    spec = make_spec({"capacity": 4, "curves": "analytic", "work_scale": 1e308,
+                      "scaling": {"default": {"cost": 1e-6}}})
+    with pytest.raises(ConfigError) as info:
+        run_policies(spec, ["fair"])
+    assert info.value.where == "simulation.work_scale"
+    for key in ("'lr'", "inf", "simulation.scaling.logreg.cost", "simulation.workload.size_jitter"):
+        assert key in str(info.value), key
+
+
+@pytest.mark.parametrize(("simulation", "where", "needle"), [
+    ({"nodes": 20}, "simulation.cores_per_node", "required with simulation.nodes"),
+    ({"cores_per_node": 32}, "simulation.nodes", "required with simulation.cores_per_node"),
+    ({"capacity": 64, "nodes": 2, "cores_per_node": 32}, "simulation.nodes", "not both"),
+    ({"capacity": 64, "cores_per_node": 32}, "simulation.cores_per_node", "not both"),
+])
+def test_capacity_comes_from_capacity_or_nodes_times_cores(simulation: dict[str, Any], where: str,
+                                                          needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(make_spec(simulation))
+    assert info.value.where == where and needle in str(info.value)
+    assert parse_settings(make_spec({"nodes": 3, "cores_per_node": 4})).capacity == 12
+
+
+def test_a_policy_listed_twice_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(make_spec({"policies": ["slaq", "fair", "slaq"]}))
+    assert info.value.where == "simulation.policies" and "listed twice" in str(info.value)
 
 
 def test_settings_validation_names_the_key() -> None:

@@ -78,6 +78,28 @@ def test_simulate_policy_flag_and_bad_policy(config_file: Path, capsys: pytest.C
         args.func(args)
 
 
+def test_simulate_refuses_an_empty_out_and_a_policy_given_twice(config_file: Path,
+                                                               tmp_path: Path) -> None:
+    from tests.conftest import run_slaq
+
+    for argv, needles in (
+        (["--out", ""], ["--out", "''", "must name a directory"]),
+        (["--out", " "], ["--out", "' '", "must name a directory"]),
+        (["--policy", "slaq", "--policy", "fair", "--policy", "slaq"],
+         ["--policy", "'slaq'", "given twice"]),
+    ):
+        proc = run_slaq(["simulate", str(config_file), *argv], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stdout == ""  # refused before anything was simulated
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("slaq: error: "), proc.stderr
+        for needle in needles:
+            assert needle in lines[0], (needle, lines[0])
+    proc = run_slaq(["sim-check", "somewhere", "--out", ""], cwd=tmp_path)
+    assert proc.returncode == 2 and "--out: '' is not allowed" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
 def test_fit_scaling_recovers_the_model() -> None:
     true = ScalingModel(work=8.0, overhead=0.05, comm=0.01)
     pairs = [(a, true.seconds(a)) for a in (1, 2, 4, 8, 16, 3, 6)]
@@ -89,10 +111,22 @@ def test_fit_scaling_recovers_the_model() -> None:
     assert single.work == pytest.approx(4.4)
 
 
+def as_real_run(run_dir: Path) -> None:
+    """Make a simulation's metrics.h5 look like a real run's (mode run, no simulator-only
+    job attributes), to check sim-check against a run whose truth is known."""
+    with h5py.File(run_dir / "metrics.h5", "r+") as f:
+        f.attrs["mode"] = "run"
+        for g in f["jobs"].values():
+            for key in ("l_star", "utility", "scaling"):
+                if key in g.attrs:
+                    del g.attrs[key]
+
+
 def test_sim_check_on_a_simulated_run_agrees_with_itself(config_file: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
     assert args.func(args) == 0
+    as_real_run(tmp_path / "o" / "fair")
     cmp = compare_with_run(tmp_path / "o" / "fair", epoch_model="fluid")
     assert cmp.mean_share_difference < 0.02
     for name, model in cmp.scaling.items():
@@ -120,6 +154,130 @@ def test_curves_record_writes_a_loadable_library(tmp_path: Path, capsys: pytest.
     assert args.func(args) == 0
     for a, b in zip(lib.curves, CurveLibrary.load(again).curves, strict=True):
         assert np.array_equal(a.losses, b.losses)  # curves do not depend on timing
+
+
+UTILITY_CONFIG = {
+    "name": "u", "epoch_seconds": 1.0, "policy": "utility", "ranks": 4, "seed": 3,
+    "jobs": [
+        {"name": "urgent", "algorithm": "logreg", "stop": {"max_iterations": 60},
+         "utility": {"value": 10, "deadline": 8, "decay": 4},
+         "dataset": {"generator": "classification", "rows": 100000, "features": 50}},
+        {"name": "calm", "algorithm": "kmeans", "stop": {"max_iterations": 60},
+         "utility": {"value": 1}, "dataset": {"generator": "blobs", "rows": 100000, "features": 50}},
+        {"name": "other", "algorithm": "logreg", "stop": {"max_iterations": 60},
+         "dataset": {"generator": "classification", "rows": 100000, "features": 50}},
+    ],
+    "simulation": {"capacity": 3, "curves": "analytic", "work_scale": 5.0,
+                   "scaling": {"default": {"overhead": 0.01, "comm": 0.002}}},
+}
+
+
+def test_sim_check_gives_the_jobs_their_utility_specs(tmp_path: Path) -> None:
+    cfg = tmp_path / "u.yaml"
+    cfg.write_text(yaml.safe_dump(UTILITY_CONFIG))
+    args = parse(["simulate", str(cfg), "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    as_real_run(tmp_path / "o" / "utility")  # a real run's metrics hold no utility
+    real = read_metrics(tmp_path / "o" / "utility")
+    assert real.policy == "utility" and real.jobs["urgent"].utility is None
+    cmp = compare_with_run(tmp_path / "o" / "utility", epoch_model="fluid")
+    assert cmp.simulated.jobs["urgent"].utility == {"value": 10.0, "deadline": 8.0, "decay": 4.0}
+    assert cmp.simulated.jobs["calm"].utility == {"value": 1.0, "decay": 0.0}
+    assert cmp.simulated.jobs["other"].utility is None
+    # the utility policy decides on the same specs, so its allocations are the real ones
+    assert np.array_equal(cmp.simulated.alloc[: len(real.alloc)], real.alloc)
+    assert cmp.mean_share_difference == 0.0
+
+
+def test_sim_check_refuses_a_simulated_run(config_file: Path, tmp_path: Path) -> None:
+    from tests.conftest import run_slaq
+
+    args = parse(["simulate", str(config_file), "--policy", "fifo", "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    before = (tmp_path / "o" / "fifo" / "metrics.h5").read_bytes()
+    for extra in ([], ["--out", "check"], ["--json"]):
+        proc = run_slaq(["sim-check", "o/fifo", *extra], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stdout == ""
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert lines[0] == ("slaq: error: o/fifo is a simulated run (its metrics.h5 has mode "
+                            "'simulate'); sim-check compares a real run (slaq run) with its simulation")
+    assert not (tmp_path / "check").exists()
+    assert (tmp_path / "o" / "fifo" / "metrics.h5").read_bytes() == before
+
+
+def test_curves_record_of_one_algorithm_merges_into_the_packaged_library(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from slaq_mpi.sim import curves
+
+    packaged = curves.DEFAULT_LIBRARY.read_bytes()
+    lib_file = tmp_path / "curves.npz"
+    shutil.copy(curves.DEFAULT_LIBRARY, lib_file)
+    monkeypatch.setattr(curves, "DEFAULT_LIBRARY", lib_file)  # never the real packaged file
+    before = curves.CurveLibrary.load(lib_file)
+    args = parse(["curves", "record", "--algorithm", "linreg", "--seed", "7"])  # no --out
+    assert args.func(args) == 0
+    after = curves.CurveLibrary.load(lib_file)
+    assert after.algorithms() == before.algorithms() and len(before.algorithms()) > 1
+    new = after.for_algorithm("linreg")
+    assert new and all('"seed": 700' in c.recipe for c in new)  # recorded with --seed 7
+    for alg in before.algorithms():
+        if alg != "linreg":
+            assert [c.name for c in after.for_algorithm(alg)] == [c.name for c in before.for_algorithm(alg)]
+            for a, b in zip(after.for_algorithm(alg), before.for_algorithm(alg), strict=True):
+                assert np.array_equal(a.losses, b.losses) and a.cost_per_cell == b.cost_per_cell
+    n_old = len(before.for_algorithm("linreg"))
+    assert len(after) == len(before) - n_old + len(new)
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert f"{len(new)} curves of linreg recorded (replaced {n_old} old ones)" in out
+    assert f"now holds {len(after)} curves of {len(after.algorithms())} algorithms" in out
+    assert curves.DEFAULT_LIBRARY == lib_file and curves.Path(curves.__file__).with_name(
+        "curves.npz").read_bytes() == packaged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.npz"]  # no temp file left
+
+
+def test_curves_record_merges_into_an_existing_out_file(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi.sim.curves import CurveLibrary, analytic_curve
+
+    out = tmp_path / "mine"  # written to exactly this name (numpy would add .npz to a path)
+    CurveLibrary([analytic_curve("linear", np.random.default_rng(0), name="a1")]).save(out)
+    args = parse(["curves", "record", "--algorithm", "linreg", "--out", str(out)])
+    assert args.func(args) == 0
+    lib = CurveLibrary.load(out)
+    assert lib.algorithms() == ["analytic-linear", "linreg"] and lib.curves[0].name == "a1"
+    assert "recorded (new); library" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_curves_record_refuses_bad_arguments_before_recording(tmp_path: Path) -> None:
+    from tests.conftest import run_slaq
+
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "junk.npz").write_text("not a library")
+    cases = [
+        (["--algorithm", "bogus", "--out", "x.npz"],
+         ["--algorithm", "'bogus'", "allowed: gbt, gbt_classifier", "linreg", "svm"]),
+        (["--algorithm", "linreg", "--out", "nodir/x.npz"],
+         ["--out", "'nodir/x.npz'", "nodir does not exist"]),
+        (["--algorithm", "linreg", "--out", "adir"], ["--out", "'adir'", "is a directory"]),
+        (["--algorithm", "linreg", "--out", "junk.npz"],
+         ["--out", "junk.npz", "not a curve library", "another file"]),
+        (["--algorithm", "linreg", "--out", ""], ["--out", "''", "must name a .npz file"]),
+    ]
+    for argv, needles in cases:
+        proc = run_slaq(["curves", "record", *argv], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stdout == "" and "Traceback" not in proc.stderr  # nothing was recorded
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("slaq: error: "), proc.stderr
+        for needle in needles:
+            assert needle in lines[0], (needle, lines[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "junk.npz"]
+    assert (tmp_path / "junk.npz").read_text() == "not a library" and not any((tmp_path / "adir").iterdir())
 
 
 def test_oracle_needs_the_simulator() -> None:

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slaq_mpi.errors import ConfigError
+
 __all__ = ["JSON_KEYS", "add_cli", "cmd_curves_record", "cmd_sim_check", "cmd_simulate"]
 
 #: Per-policy keys of ``slaq simulate --json`` (other issues append to this tuple).
@@ -54,6 +56,12 @@ def _num(v: float) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
+def _check_out(out: str | None) -> None:
+    """Refuse an empty ``--out DIR`` (which would otherwise mean: write nothing)."""
+    if out is not None and not out.strip():
+        raise ConfigError("--out", out, "must name a directory (leave --out out to write nothing)")
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
     from slaq_mpi import config, rundir
@@ -63,9 +71,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from slaq_mpi.sim.run import run_policies
     from slaq_mpi.sim.settings import check_policy_name, parse_settings
 
+    _check_out(args.out)
     spec = config.load(args.config, check_files=False)
-    for name in args.policy or []:
+    for i, name in enumerate(args.policy or []):
         check_policy_name(name, "--policy")
+        if name in args.policy[:i]:
+            raise ConfigError("--policy", name, "is given twice; give each policy once")
     library = CurveLibrary.load(parse_settings(spec).curve_file)  # all input checked first
     out = Path(args.out) if args.out else None
     say = _progress(args)
@@ -87,14 +98,81 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_curves_record(args: argparse.Namespace) -> int:
-    """``slaq curves record``: re-record the curve library from our solvers."""
-    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
-    from slaq_mpi.sim.record import record_library
+def _algorithms(names: list[str] | None) -> list[str] | None:
+    """The ``--algorithm`` names, each once; a name that is not a solver is refused."""
+    if not names:
+        return None
+    from jobs import ALGORITHMS, load_solver
 
-    out = Path(args.out) if args.out else DEFAULT_LIBRARY
-    lib = record_library(out, args.algorithm or None, seed=args.seed)
-    print(f"{len(lib)} curves of {', '.join(lib.algorithms())} written to {out} "
+    out: list[str] = []
+    for name in names:
+        if name in ALGORITHMS or name in out:
+            pass
+        elif ".py:" in name:
+            try:
+                load_solver(name)
+            except Exception as exc:
+                raise ConfigError("--algorithm", name, f"this solver does not load "
+                                  f"({type(exc).__name__}: {exc})") from None
+        else:
+            raise ConfigError("--algorithm", name, f"allowed: {', '.join(sorted(ALGORITHMS))} "
+                              "(or a solver file: path/to/file.py:ClassName)")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _library_out(text: str | None) -> Path:
+    """Where ``slaq curves record`` writes: checked before anything is recorded."""
+    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
+
+    if text is None:
+        return DEFAULT_LIBRARY
+    if not text.strip():
+        raise ConfigError("--out", text, "must name a .npz file (leave --out out to update the "
+                          "packaged library)")
+    out = Path(text)
+    if out.is_dir():
+        raise ConfigError("--out", text, "is a directory; must name a .npz file")
+    return out
+
+
+def cmd_curves_record(args: argparse.Namespace) -> int:
+    """``slaq curves record``: record curves from our solvers and merge them into a library."""
+    import os
+
+    from slaq_mpi.errors import DataError
+    from slaq_mpi.sim.curves import CurveLibrary
+    from slaq_mpi.sim.record import record_curves
+
+    algorithms = _algorithms(args.algorithm)
+    out = _library_out(args.out)
+    where = out.resolve().parent
+    why = ("does not exist" if not where.exists() else "is not a directory" if not where.is_dir()
+           else "is not writable" if not os.access(where, os.W_OK | os.X_OK) else "")
+    if why:
+        raise ConfigError("--out", str(out), f"cannot be written: the directory {where} {why}"
+                          + ("" if args.out is not None else "; give --out FILE"))
+    try:
+        old = CurveLibrary.load(out) if out.exists() else CurveLibrary([])
+    except DataError:
+        raise ConfigError("--out", str(out), "exists and is not a curve library of `slaq curves "
+                          "record` (recorded curves are merged into it); remove it or give "
+                          "another file") from None
+    new = record_curves(algorithms, seed=args.seed)
+    if not new:
+        print(f"no usable curve recorded; {out} left as it was")
+        return 1
+    lib = old.merged(new)
+    lib.save(out)
+    algs = sorted({c.algorithm for c in new})
+    replaced = sum(len(old.for_algorithm(a)) for a in algs)
+    did = f"replaced {replaced} old ones" if replaced else "new"
+    kept = [a for a in (algorithms or []) if a not in algs and old.for_algorithm(a)]
+    if kept:
+        print(f"note: nothing usable recorded for {', '.join(kept)}: its old curves are kept")
+    print(f"{len(new)} curves of {', '.join(algs)} recorded ({did}); library {out} now holds "
+          f"{len(lib)} curves of {len(lib.algorithms())} algorithms "
           f"({out.stat().st_size / 1024:.0f} KiB)")
     return 0
 
@@ -102,15 +180,13 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
 def cmd_sim_check(args: argparse.Namespace) -> int:
     """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
     from slaq_mpi import rundir
-    from slaq_mpi.errors import ConfigError
-    from slaq_mpi.sim.run import compare_with_run
+    from slaq_mpi.sim.run import compare_with_run, read_real_run
 
+    _check_out(args.out)
     if args.out is None:
         cmp = compare_with_run(args.run_dir, epoch_model=args.epoch_model)
     else:
-        from slaq_mpi.sim.h5io import read_metrics
-
-        read_metrics(args.run_dir)  # a bad RUN_DIR is refused before --out is touched
+        read_real_run(args.run_dir)  # a bad RUN_DIR is refused before --out is touched
         out, real = Path(args.out).resolve(), Path(args.run_dir).resolve()
         if out == real or out in real.parents:
             raise ConfigError("--out", args.out, f"must not be the real run's directory or hold it "
@@ -136,7 +212,7 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser("simulate", help="simulate an experiment under one or more policies")
     p.add_argument("config", help="experiment YAML (its simulation: section, see docs)")
     p.add_argument("--policy", action="append", metavar="NAME",
-                   help="policy to simulate (repeatable; default: simulation.policies)")
+                   help="policy to simulate (repeatable, each once; default: simulation.policies)")
     p.add_argument("--out", metavar="DIR", help="write DIR/<policy>/metrics.h5")
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
     p.add_argument("--max-epochs", type=_positive_int, default=None,
@@ -144,9 +220,13 @@ def add_cli(subparsers: Any) -> None:
     p.set_defaults(func=cmd_simulate)
     p = subparsers.add_parser("curves", help="the simulator's loss-curve library")
     csub = p.add_subparsers(dest="curves_command", required=True, metavar="ACTION")
-    r = csub.add_parser("record", help="re-record the curve library from our solvers (serial)")
-    r.add_argument("--out", metavar="FILE", help="where to write (default: the packaged library)")
-    r.add_argument("--algorithm", action="append", help="only these algorithms (repeatable)")
+    r = csub.add_parser("record", help="record loss curves from our solvers (serial) into the "
+                                       "curve library")
+    r.add_argument("--out", metavar="FILE",
+                   help="the library to update (default: the packaged one); the curves recorded "
+                        "replace those of their algorithms, all others are kept")
+    r.add_argument("--algorithm", action="append",
+                   help="only these algorithms (repeatable; default: all built-in ones)")
     r.add_argument("--seed", type=int, default=0,
                    help="base seed: recipe i of an algorithm seeds its synthetic dataset and its "
                         "solver with SEED*1000+i (default: %(default)s)")

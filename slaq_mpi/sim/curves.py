@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,21 +80,41 @@ class CurveLibrary:
         costs = [c.cost_per_cell for c in self.for_algorithm(algorithm) if c.cost_per_cell > 0]
         return float(np.median(costs)) if costs else DEFAULT_COST
 
+    def merged(self, new: Iterable[Curve]) -> CurveLibrary:
+        """This library with every curve of the algorithms in ``new`` replaced by ``new``'s.
+
+        Algorithms ``new`` has no curve of keep theirs. Curves stay grouped by algorithm in
+        sorted order, each algorithm's in the order recorded (so a simulation that draws from
+        an algorithm left alone draws the same curves as before).
+        """
+        fresh = list(new)
+        replaced = {c.algorithm for c in fresh}
+        kept = [c for c in self.curves if c.algorithm not in replaced]
+        return CurveLibrary(sorted(kept + fresh, key=lambda c: c.algorithm))
+
     def save(self, path: str | Path) -> None:
-        """Write the library as a compressed ``.npz``."""
+        """Write the library as a compressed ``.npz`` to exactly ``path``, atomically (a temp
+        file beside it, then a rename): an interrupted save leaves the old file as it was."""
+        p = Path(path)
         offsets = np.cumsum([0] + [len(c.losses) for c in self.curves]).astype(np.int64)
         flat = np.concatenate([c.losses for c in self.curves]) if self.curves else np.zeros(0)
-        np.savez_compressed(
-            path,
-            names=np.array([c.name for c in self.curves]),
-            algorithms=np.array([c.algorithm for c in self.curves]),
-            convergence=np.array([c.convergence for c in self.curves]),
-            offsets=offsets,
-            losses=flat.astype(np.float64),
-            l_star=np.array([c.l_star for c in self.curves], dtype=np.float64),
-            cost_per_cell=np.array([c.cost_per_cell for c in self.curves], dtype=np.float64),
-            recipes=np.array([c.recipe for c in self.curves]),
-        )
+        tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+        try:
+            with open(tmp, "wb") as fh:  # a file object: numpy adds no ".npz" to the name
+                np.savez_compressed(
+                    fh,
+                    names=np.array([c.name for c in self.curves]),
+                    algorithms=np.array([c.algorithm for c in self.curves]),
+                    convergence=np.array([c.convergence for c in self.curves]),
+                    offsets=offsets,
+                    losses=flat.astype(np.float64),
+                    l_star=np.array([c.l_star for c in self.curves], dtype=np.float64),
+                    cost_per_cell=np.array([c.cost_per_cell for c in self.curves], dtype=np.float64),
+                    recipes=np.array([c.recipe for c in self.curves]),
+                )
+            os.replace(tmp, p)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> CurveLibrary:

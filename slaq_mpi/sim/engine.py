@@ -11,7 +11,9 @@ carries over to the next epoch and no job holds up the others; with ``live`` the
 what the MPI runtime does: every running job completes at least one whole iteration per epoch,
 starts none that would end after the deadline, and the next epoch begins when the slowest job
 has reported. A job stops when its stop rule holds; its cores are free again at the next epoch.
-Epochs in which no job is active are skipped (time jumps to the next arrival).
+Epochs in which no job is active are skipped (time jumps to the next arrival). With a
+``horizon`` the simulation stops there: the epoch it falls in is cut short to end at it (under
+``live``, the iterations that epoch must complete may still end after it).
 """
 
 from __future__ import annotations
@@ -180,6 +182,8 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
             nxt += 1
         length = epoch_length(now, pending[nxt].job.arrival if nxt < len(pending) else None,
                               epoch_seconds)
+        if horizon is not None:
+            length = min(length, horizon - now)  # the last epoch ends at the horizon
         snap = ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=length,
                                jobs=tuple(s.snapshot() for s in active))
         t0 = time.perf_counter()

@@ -6,7 +6,9 @@ recipes gets the :data:`KIND_RECIPES` of its solver's ``dataset_kind``),
 on one rank with :class:`jobs.base.SerialComm`. Each curve is kept
 until its relative loss change falls below ``tolerance``; the run then goes on (up to
 ``converge_iterations``) to measure the converged loss L*. The median one-core time of an
-iteration divided by rows*features is the curve's ``cost_per_cell``.
+iteration divided by rows*features is the curve's ``cost_per_cell``. The curves recorded are
+merged into the library file: they replace the curves of their algorithms, and every other
+algorithm keeps its curves.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from jobs import ALGORITHMS, SerialComm, Shard, load_solver
 from slaq_mpi.datasets import GENERATORS
 from slaq_mpi.sim.curves import Curve, CurveLibrary
 
-__all__ = ["RECIPES", "ITERATION_CAPS", "KIND_RECIPES", "record_curve", "record_library"]
+__all__ = ["RECIPES", "ITERATION_CAPS", "KIND_RECIPES", "record_curve", "record_curves",
+           "record_library"]
 
 Recipe = tuple[str, dict[str, Any], dict[str, Any]]  # generator, its params, hyperparameters
 
@@ -141,9 +144,9 @@ def _usable(curve: Curve) -> bool:
     return bool(np.any(norm <= 0.05))
 
 
-def record_library(out: str | Path, algorithms: list[str] | None = None, seed: int = 0,
-                   progress: Callable[[str], None] = print) -> CurveLibrary:
-    """Record curves for ``algorithms`` (default: all built-in ones) and save them to ``out``."""
+def record_curves(algorithms: list[str] | None = None, seed: int = 0,
+                  progress: Callable[[str], None] = print) -> list[Curve]:
+    """Record the usable curves of ``algorithms`` (default: all built-in ones)."""
     curves: list[Curve] = []
     for alg in algorithms or sorted(ALGORITHMS):
         kind = getattr(load_solver(alg), "dataset_kind", None)
@@ -172,6 +175,16 @@ def record_library(out: str | Path, algorithms: list[str] | None = None, seed: i
                      f"({time.perf_counter() - t0:.1f} s)")
         if not got:
             progress(f"  {alg}: no usable curve recorded")
-    lib = CurveLibrary(curves)
+    return curves
+
+
+def record_library(out: str | Path, algorithms: list[str] | None = None, seed: int = 0,
+                   progress: Callable[[str], None] = print) -> CurveLibrary:
+    """Record curves for ``algorithms`` (default: all built-in ones) and merge them into the
+    library at ``out`` (created if missing): the algorithms recorded replace their old curves,
+    every other algorithm's are kept. The file is replaced atomically."""
+    out = Path(out)
+    old = CurveLibrary.load(out) if out.exists() else CurveLibrary([])
+    lib = old.merged(record_curves(algorithms, seed, progress))
     lib.save(out)
     return lib

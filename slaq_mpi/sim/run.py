@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi.errors import DataError
 from slaq_mpi.evaluation import RunData
 from slaq_mpi.policies import get_policy
+from slaq_mpi.policies.utility import validate_utility
 from slaq_mpi.sim.curves import CurveLibrary, extend
 from slaq_mpi.sim.engine import simulate
 from slaq_mpi.sim.h5io import read_metrics, write_metrics
@@ -19,7 +21,8 @@ from slaq_mpi.sim.scaling import ScalingModel, fit_scaling
 from slaq_mpi.sim.settings import SimSettings, parse_settings
 from slaq_mpi.sim.workload import SimJob, build_workload, stop_iteration
 
-__all__ = ["Comparison", "compare_with_run", "prepare", "run_policies", "share_difference"]
+__all__ = ["Comparison", "compare_with_run", "prepare", "read_real_run", "run_policies",
+           "share_difference"]
 
 
 def prepare(spec: Any, library: CurveLibrary | None = None,
@@ -103,6 +106,22 @@ class Comparison:
     mean_share_difference: float
 
 
+def read_real_run(run_dir: str | Path) -> RunData:
+    """The metrics of a real run (``slaq run``), refusing a simulated one.
+
+    A simulation's jobs need not be the ``jobs:`` entries of its config (a workload names
+    copies of them, ``urgent-03``), so it cannot be calibrated as a real run is.
+
+    Raises:
+        DataError: not a metrics file (:func:`read_metrics`), or one of ``slaq simulate``.
+    """
+    real = read_metrics(run_dir)
+    if real.mode == "simulate":
+        raise DataError(f"{run_dir} is a simulated run (its metrics.h5 has mode 'simulate'); "
+                        "sim-check compares a real run (slaq run) with its simulation")
+    return real
+
+
 def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None = None,
                      out: str | Path | None = None, epoch_model: str = "live") -> Comparison:
     """Calibrate the simulator from a real run's metrics.h5, simulate it, compare allocations.
@@ -110,15 +129,22 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
     Each job replays the losses it really reported (so curves are exact), arrives when it
     really arrived, and runs at a scaling model fitted to its observed (cores, seconds per
     iteration); the run's own policy, capacity and epoch length are used, and by default the
-    ``live`` epoch model of the MPI runtime.
+    ``live`` epoch model of the MPI runtime. Each job keeps its ``utility:`` spec from the
+    run's config, as in ``slaq simulate``.
+
+    Raises:
+        DataError: ``run_dir`` holds no metrics, or those of a simulation (:func:`read_real_run`).
+        ConfigError: a ``utility:`` spec of the run's config that is not valid.
     """
     import yaml
 
     from slaq_mpi import config as cfg
 
-    real = read_metrics(run_dir)
+    real = read_real_run(run_dir)
     spec = cfg.parse(yaml.safe_load(real.config), check_files=False)
     templates = {j.name: j for j in spec.jobs}
+    utilities = {j.name: validate_utility(j.utility, f"jobs[{i}].utility")
+                 for i, j in enumerate(spec.jobs) if j.utility is not None}
     fitted: dict[str, ScalingModel] = {}
     jobs: list[SimJob] = []
     for name, tr in real.jobs.items():
@@ -141,6 +167,7 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
             curve=extend(curve, n_stop + 1), l_star=float(np.min(curve)), scaling=model,
             max_cores=min((tpl.max_cores if tpl and tpl.max_cores else real.capacity), real.capacity),
             stop_iter=n_stop, max_iterations=stop.max_iterations if stop else None,
+            utility=utilities.get(name),
         ))
     jobs.sort(key=lambda j: (j.arrival, j.name))
     policy = get_policy(real.policy, **(dict(spec.policy_params) if real.policy == spec.policy else {}))

@@ -4,9 +4,9 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
 
     simulation:
       capacity: 640            # cores for jobs (default: nodes * cores_per_node, else ranks - 1)
-      nodes: 20                # alternative to capacity, with cores_per_node
-      cores_per_node: 32
-      policies: [fair, slaq]   # what `slaq simulate` runs when no --policy is given
+      nodes: 20                # instead of capacity: both nodes and cores_per_node, and
+      cores_per_node: 32       #   capacity = nodes * cores_per_node
+      policies: [fair, slaq]   # what `slaq simulate` runs when no --policy is given (each once)
       curves: library          # library (recorded from our solvers) | analytic
       curve_file: path.npz     # another recorded library (default: the packaged one)
       workload:                # absent: the `jobs:` list is the workload, arrivals as listed
@@ -14,7 +14,7 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
         mean_gap: 15.0         # Poisson arrivals: exponential gaps with this mean (seconds)
         start: 0.0             # first arrival time
         mix: {logreg-a: 2}     # template weights; a template left out has weight 0 (no mix: all equal)
-        size_jitter: 0.3       # sigma of a lognormal factor on each job's work
+        size_jitter: 0.3       # sigma of a lognormal factor on each job's work, 0 to 5
       work_scale: 1.0          # multiplies every job's work (calibration knob)
       scaling:                 # seconds/iter(a) = work/a + overhead + comm * log2(a)
         default: {overhead: 0.05, comm: 0.01}
@@ -24,7 +24,8 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
       epoch_model: fluid       # fluid: iterations flow across epochs; live: like `slaq run`
                                # (>= 1 whole iteration per epoch; the slowest job sets its end)
       max_epochs: 100          # stop early (default: when every job is done)
-      horizon: 3600.0          # stop at this simulated time (seconds)
+      horizon: 3600.0          # stop at this simulated time (seconds); the epoch it falls in
+                               # is cut to end there (live: each running job still does one iteration)
       max_iterations: 20000    # safety cap on iterations of any simulated job
 """
 
@@ -100,6 +101,19 @@ def _num(val: Any, where: str, lo: float, open_lo: bool = False) -> float:
     return float(val)
 
 
+#: Largest ``workload.size_jitter``: the sigma of a lognormal, so 5 already spreads job sizes
+#: over a factor of e**10 (about 22,000) between the 2.5th and the 97.5th percentile.
+MAX_SIZE_JITTER = 5.0
+
+
+def _jitter(val: Any, where: str) -> float:
+    ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
+    if not ok or not 0.0 <= val <= MAX_SIZE_JITTER:
+        raise ConfigError(where, val, f"must be a number in [0, {MAX_SIZE_JITTER:g}] (the sigma "
+                          "of a lognormal factor on each job's work)")
+    return float(val)
+
+
 def _integer(val: Any, where: str, lo: int) -> int:
     if isinstance(val, bool) or not isinstance(val, int) or val < lo:
         raise ConfigError(where, val, f"must be an integer >= {lo}")
@@ -124,11 +138,19 @@ def parse_settings(spec: Any) -> SimSettings:
     """
     raw = _keys(spec.simulation or {}, "simulation", _KEYS)
     w = "simulation"
+    node_keys = [k for k in ("nodes", "cores_per_node") if k in raw]
+    if "capacity" in raw and node_keys:
+        raise ConfigError(f"{w}.{node_keys[0]}", raw[node_keys[0]], "give either capacity or "
+                          "nodes with cores_per_node (capacity = nodes * cores_per_node), not both")
     if "capacity" in raw:
         capacity = _integer(raw["capacity"], f"{w}.capacity", 1)
-    elif "nodes" in raw or "cores_per_node" in raw:
-        capacity = _integer(raw.get("nodes", 1), f"{w}.nodes", 1) * _integer(
-            raw.get("cores_per_node", 1), f"{w}.cores_per_node", 1)
+    elif node_keys:
+        for key, other in (("nodes", "cores_per_node"), ("cores_per_node", "nodes")):
+            if key not in raw:
+                raise ConfigError(f"{w}.{key}", None, f"this key is required with {w}.{other} "
+                                  "(capacity = nodes * cores_per_node); or give capacity")
+        capacity = _integer(raw["nodes"], f"{w}.nodes", 1) * _integer(
+            raw["cores_per_node"], f"{w}.cores_per_node", 1)
     else:
         capacity = max(1, int(spec.ranks) - 1)
     pols = raw.get("policies", [spec.policy])
@@ -136,8 +158,10 @@ def parse_settings(spec: Any) -> SimSettings:
         pols = [pols]
     if not isinstance(pols, list) or not pols:
         raise ConfigError(f"{w}.policies", pols, "must be a non-empty list of policy names")
-    for p in pols:
+    for i, p in enumerate(pols):
         check_policy_name(p, f"{w}.policies", must_load=False)
+        if p in pols[:i]:
+            raise ConfigError(f"{w}.policies", p, "is listed twice; list each policy once")
     curves = raw.get("curves", "library")
     if curves not in CURVE_SOURCES:
         raise ConfigError(f"{w}.curves", curves, f"allowed: {', '.join(CURVE_SOURCES)}")
@@ -231,5 +255,5 @@ def _workload(raw: Any, spec: Any) -> WorkloadSettings:
         mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0),
         start=_num(wl.get("start", 0.0), f"{w}.start", 0.0),
         mix=weights,
-        size_jitter=_num(wl.get("size_jitter", 0.3), f"{w}.size_jitter", 0.0),
+        size_jitter=_jitter(wl.get("size_jitter", 0.3), f"{w}.size_jitter"),
     )

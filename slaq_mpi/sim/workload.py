@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi.errors import ConfigError
 from slaq_mpi.policies.utility import validate_utility
 from slaq_mpi.sim.curves import Curve, CurveLibrary, analytic_curve, extend
 from slaq_mpi.sim.scaling import ScalingModel
@@ -107,7 +108,11 @@ def _pick_curve(template: Any, conv: str, settings: SimSettings, library: CurveL
 
 def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                    notes: list[str] | None = None) -> list[SimJob]:
-    """The simulated jobs of ``spec`` in arrival order (deterministic for ``spec.seed``)."""
+    """The simulated jobs of ``spec`` in arrival order (deterministic for ``spec.seed``).
+
+    Raises:
+        ConfigError: a job whose work (cost x rows*features x jitter x work_scale) overflows.
+    """
     notes = notes if notes is not None else []
     templates = list(spec.jobs)
     wl = settings.workload
@@ -136,7 +141,16 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
         sc = settings.scaling_for(tpl.algorithm)
         cost = sc.cost if sc.cost is not None else library.cost(tpl.algorithm)
         factor = float(rng.lognormal(0.0, jitter)) if jitter > 0 else 1.0
-        work = cost * _cells(tpl) * factor * settings.work_scale
+        cells = _cells(tpl)
+        work = cost * cells * factor * settings.work_scale
+        if not math.isfinite(work):
+            raise ConfigError(
+                "simulation.work_scale", settings.work_scale,
+                f"job {name!r} ({tpl.algorithm}) would need {work} one-core seconds per "
+                f"iteration (cost {cost:g} s per row*feature x {cells:g} rows*features x size "
+                f"jitter {factor:.3g} x work_scale): lower simulation.work_scale, "
+                f"simulation.scaling.{tpl.algorithm}.cost (or default.cost) or "
+                "simulation.workload.size_jitter")
         stop = stop_iteration(curve.losses, tpl.stop.max_iterations, tpl.stop.tolerance,
                               settings.max_iterations)
         out.append(SimJob(
@@ -155,6 +169,4 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
             template=tpl.name,
         ))
     out.sort(key=lambda j: (j.arrival, j.name))
-    if any(not math.isfinite(j.scaling.work) for j in out):
-        raise ValueError("non-finite job work; check simulation.scaling")
     return out
