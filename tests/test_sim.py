@@ -10,6 +10,7 @@ import pytest
 
 from slaq_mpi import config
 from slaq_mpi.errors import ConfigError
+from slaq_mpi.evaluation import makespan, observed
 from slaq_mpi.sim import ScalingModel, SimJob, SimulationError, parse_settings, run_policies, simulate
 from slaq_mpi.sim.curves import CurveLibrary, analytic_curve
 from slaq_mpi.sim.workload import stop_iteration
@@ -164,6 +165,7 @@ def test_horizon_cuts_the_last_epoch() -> None:
     assert len(trace.loss) == 2 and trace.time.tolist() == pytest.approx([0.25, 0.5])
     assert trace.attained_core_seconds == pytest.approx(4 * 0.5)  # 4 cores until the horizon
     assert trace.status == "running"
+    assert makespan(observed(run)) == pytest.approx(0.5)  # the run ended at the horizon
     # a horizon after several epochs: the epochs before it are whole, the last one is cut
     run = simulate([job], get_policy("fair"), capacity=4, epoch_seconds=2.0, horizon=5.0)
     assert list(run.epoch_time) == [0.0, 2.0, 4.0]

@@ -223,7 +223,7 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         mode="simulate", config=config_text, jobs={s.job.name: _trace(s) for s in states},
         job_names=[s.job.name for s in states], epoch_time=np.array(epoch_t, dtype=np.float64),
         alloc=alloc_arr, decision_ms=np.array(decision, dtype=np.float64),
-        pause_ms=np.full(len(rows), np.nan), moved=_moved(alloc_arr),
+        pause_ms=np.full(len(rows), np.nan), moved=_moved(alloc_arr), stopped=now,
     )
 
 

@@ -39,6 +39,8 @@ def write_metrics(path: str | Path, run: RunData) -> None:
         f.attrs["seed"] = int(run.seed)
         f.attrs["capacity"] = int(run.capacity)
         f.attrs["epoch_seconds"] = float(run.epoch_seconds)
+        if math.isfinite(run.stopped):
+            f.attrs["stopped"] = float(run.stopped)
         jobs = f.create_group("jobs")
         for name, job in run.jobs.items():
             g = jobs.create_group(name)
@@ -177,4 +179,5 @@ def _read(f: h5py.File, p: Path) -> RunData:
         epoch_seconds=float(a.get("epoch_seconds", 1.0)), mode=_text(a.get("mode", "run")),
         config=_text(a.get("config", "")), jobs=jobs, job_names=names, epoch_time=etime,
         alloc=alloc, decision_ms=dec, pause_ms=pause, moved=moved,
+        stopped=float(a.get("stopped", math.nan)),
     )
