@@ -58,6 +58,7 @@ class Coordinator:
         self._prev_deadline: float | None = None
         self._prev_stop: float | None = None
         self._warned_slow: set[str] = set()
+        self._elapsed = elapsed
         self._t0 = time.monotonic() - elapsed
 
     # --- time and signals -------------------------------------------------------------
@@ -87,6 +88,7 @@ class Coordinator:
     def run(self) -> int:
         """Run the experiment to the end (or to a requested stop); returns the exit status."""
         self._prepare_data()
+        self._t0 = time.monotonic() - self._elapsed  # the experiment's clock starts with its data
         self._save(finished=False)  # from now on the directory is resumable
         _say(f"slaq: {len(self.spec.jobs)} jobs, {len(self.workers)} worker ranks, "
              f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")

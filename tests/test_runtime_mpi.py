@@ -72,3 +72,17 @@ def test_quickstart_shape_run_on_8_ranks(tmp_path: Path) -> None:
         assert f["epochs/moved"][()].sum() >= 1
     ckpts = list((tmp_path / "run" / "checkpoints").rglob("*.h5"))
     assert ckpts, "no checkpoints written"
+
+
+def test_the_experiment_clock_starts_once_the_data_is_ready(tmp_path: Path) -> None:
+    # generating this dataset takes about half a second: it must not count as experiment time
+    cfg = tmp_path / "gen.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "gen", "output_dir": str(tmp_path / "run"), "ranks": 2, "epoch_seconds": 0.5,
+        "jobs": [{"name": "a", "algorithm": "logreg", "stop": {"max_iterations": 3},
+                  "dataset": {"generator": "classification", "rows": 300000, "features": 50}}]}))
+    out = _run(2, cfg, tmp_path)
+    assert "generating dataset for a" in out
+    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
+        first_epoch = float(f["epochs/time"][0])
+    assert first_epoch < 0.2, f"the first epoch began at t={first_epoch:.2f} s"
