@@ -147,14 +147,16 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started:
     child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            signum = signal.SIGTERM  # the terminal went away: stop gracefully, resumable
         if child is None:
             pending.append(signum)
         else:
             child.send_signal(signum)
 
     # The launcher runs in its own session, so a Ctrl-C reaches it once, through us (a
-    # second Ctrl-C forwarded makes mpiexec abort at once).
-    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+    # second Ctrl-C forwarded makes mpiexec abort at once), and a hangup does not reach it.
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     # the ranks learn when this run started: a STOP made while they start is kept
     env = {**os.environ, _LAUNCHED_AT: repr(started)}

@@ -140,7 +140,7 @@ def test_the_start_is_when_slaq_run_launched_the_ranks(monkeypatch: pytest.Monke
     assert start_time(100.0) == 100.0
 
 
-def test_the_launch_time_goes_to_the_ranks_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_launcher_passes_its_start_and_its_signals_to_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     """slaq run passes when it started to mpiexec's environment, not to its own (a second
     run from the same Python process must not inherit the first one's start)."""
     import argparse
@@ -148,25 +148,30 @@ def test_the_launch_time_goes_to_the_ranks_only(monkeypatch: pytest.MonkeyPatch)
     from slaq_mpi import launch
 
     seen: dict[str, str] = {}
+    handlers: dict[int, object] = {}
+    sent: list[int] = []
 
     class FakeChild:
         def __init__(self, cmd: list[str], start_new_session: bool, env: dict[str, str]) -> None:
             seen.update(env)
 
         def send_signal(self, signum: int) -> None:
-            pass
+            sent.append(signum)
 
         def wait(self) -> int:
+            for sig in (signal.SIGINT, signal.SIGHUP):  # Ctrl-C; the terminal closed
+                handlers[sig](sig, None)  # type: ignore[operator]
             return 0
 
     monkeypatch.delenv("SLAQ_LAUNCHED_AT", raising=False)
     monkeypatch.setattr(launch.subprocess, "Popen", FakeChild)
-    monkeypatch.setattr(signal, "signal", lambda *a: None)  # keep pytest's own handlers
+    monkeypatch.setattr(signal, "signal", lambda sig, h: handlers.__setitem__(sig, h))  # not pytest's
     spec = argparse.Namespace(ranks=3)
     args = argparse.Namespace(resume=None, config="c.yaml")
     assert launch._relaunch(args, spec, "mpiexec", 123.25) == 0  # type: ignore[arg-type]
     assert float(seen["SLAQ_LAUNCHED_AT"]) == 123.25
     assert "SLAQ_LAUNCHED_AT" not in os.environ
+    assert sent == [signal.SIGINT, signal.SIGTERM]  # a hangup stops the ranks gracefully
 
 
 @pytest.mark.parametrize(("argv", "env", "kept"), [
