@@ -202,6 +202,16 @@ def test_overflowing_job_work_names_the_keys_that_set_it() -> None:
         assert key in str(info.value), key
 
 
+def test_a_job_that_would_run_for_years_is_refused_unless_the_run_is_bounded() -> None:
+    huge = {"capacity": 4, "curves": "analytic", "work_scale": 1e300}  # finite, absurd
+    with pytest.raises(ConfigError) as info:
+        run_policies(make_spec(huge), ["fair"])
+    assert info.value.where == "simulation.work_scale"
+    assert "simulated seconds alone" in str(info.value) and "simulation.horizon" in str(info.value)
+    run = run_policies(make_spec({**huge, "horizon": 10.0}), ["fair"])["fair"]  # asked for: fine
+    assert run.epoch_time.max() < 10.0
+
+
 @pytest.mark.parametrize(("simulation", "where", "needle"), [
     ({"nodes": 20}, "simulation.cores_per_node", "required with simulation.nodes"),
     ({"cores_per_node": 32}, "simulation.nodes", "required with simulation.cores_per_node"),

@@ -106,6 +106,9 @@ def _pick_curve(template: Any, conv: str, settings: SimSettings, library: CurveL
     return analytic_curve("linear" if conv == "linear" else "sublinear", rng, name=name)
 
 
+MAX_JOB_SECONDS = 1e8  # a job longer than this alone (3 years) is a mistake in the sizes
+
+
 def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                    notes: list[str] | None = None) -> list[SimJob]:
     """The simulated jobs of ``spec`` in arrival order (deterministic for ``spec.seed``).
@@ -153,6 +156,18 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                 "simulation.workload.size_jitter")
         stop = stop_iteration(curve.losses, tpl.stop.max_iterations, tpl.stop.tolerance,
                               settings.max_iterations)
+        scaling = ScalingModel(work=work, overhead=sc.overhead, comm=sc.comm)
+        cores = min(tpl.max_cores or settings.capacity, settings.capacity)
+        best = work * math.log(2) / sc.comm if sc.comm > 0 else cores  # t(a) is least there
+        alone = stop * min(scaling.seconds(c) for c in (1, cores, max(1, min(cores, round(best)))))
+        if alone > MAX_JOB_SECONDS and settings.horizon is None and settings.max_epochs is None:
+            raise ConfigError(
+                "simulation.work_scale", settings.work_scale,
+                f"job {name!r} ({tpl.algorithm}) would take {alone:.3g} simulated seconds alone on "
+                f"its best core count ({stop} iterations of {work:.3g} one-core seconds), more "
+                f"than {MAX_JOB_SECONDS:.0e}; lower simulation.work_scale, "
+                f"simulation.scaling.{tpl.algorithm}.cost or simulation.workload.size_jitter, or "
+                "set simulation.horizon or max_epochs to simulate part of it")
         out.append(SimJob(
             name=name,
             algorithm=tpl.algorithm,
@@ -160,8 +175,8 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
             arrival=arrival,
             curve=extend(curve.losses, stop + 1),
             l_star=min(curve.l_star, float(np.min(curve.losses))),
-            scaling=ScalingModel(work=work, overhead=sc.overhead, comm=sc.comm),
-            max_cores=min(tpl.max_cores or settings.capacity, settings.capacity),
+            scaling=scaling,
+            max_cores=cores,
             stop_iter=stop,
             max_iterations=tpl.stop.max_iterations,
             curve_name=curve.name,
