@@ -20,6 +20,8 @@ from slaq_mpi.datasets import (
     GENERATORS,
     DatasetSpec,
     check_file,
+    check_space,
+    generated_bytes,
     generator_label_problem,
     generator_param_problem,
     generator_top_label,
@@ -178,6 +180,11 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     if not isinstance(jobs_raw, list) or not jobs_raw:
         raise ConfigError("jobs", jobs_raw, "must be a non-empty list of job mappings")
     jobs = tuple(_job(j, i, seed, ranks, check_files) for i, j in enumerate(jobs_raw))
+    output_dir = _output_dir(top.get("output_dir", f"runs/{name}"), check_files)
+    if check_files:  # the data a run generates must fit (a resumed run has its data already)
+        todo = [j.dataset for j in jobs if j.dataset.generator is not None
+                and not (output_dir / "data" / f"{j.dataset.key(j.seed)}.h5").exists()]
+        check_space(sum(map(generated_bytes, todo)), output_dir, "the jobs' generated datasets")
     seen: set[str] = set()
     for i, job in enumerate(jobs):
         if job.name in seen:
@@ -187,7 +194,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     simulation = _section(top, "simulation", "config")
     return ExperimentSpec(
         name=name,
-        output_dir=_output_dir(top.get("output_dir", f"runs/{name}"), check_files),
+        output_dir=output_dir,
         epoch_seconds=_float(top.get("epoch_seconds", 2.0), "epoch_seconds", lo=0.05),
         policy=policy,
         policy_params=policy_params,

@@ -308,6 +308,40 @@ class RowWriter:
             raise DataError(f"wrote {self.at} rows, expected {self.rows}")
 
 
+def generated_bytes(spec: DatasetSpec) -> float:
+    """About how many bytes generating ``spec`` writes (0 for a file dataset)."""
+    if spec.generator is None:
+        return 0.0
+    p = spec.params
+    rows, feats = float(p["rows"]), float(p["features"])
+    if spec.generator == "documents":  # CSR: a value and a column index per distinct word
+        return rows * (min(float(p.get("doc_length", 100)), feats) * 16.0 + 16.0)
+    density = float(p.get("density", 1.0))
+    if density < 1.0:
+        return rows * (feats * density * 16.0 + 16.0)
+    return rows * (feats + 1.0) * 8.0
+
+
+def check_space(needed: float, where: Path, what: str) -> None:
+    """Refuse to write about ``needed`` bytes under ``where`` (which may not exist yet) when its
+    file system has less free space than that.
+
+    Raises:
+        ConfigError: naming ``what``, the size and the free space.
+    """
+    import shutil
+
+    from slaq_mpi.errors import ConfigError
+
+    base = where.resolve()
+    while not base.exists():
+        base = base.parent
+    free = shutil.disk_usage(base).free
+    if needed > free:
+        raise ConfigError(what, f"{needed / 1e9:.3g} GB", f"generating it needs more than the "
+                          f"{free / 1e9:.3g} GB free under {base}; make it smaller or free space")
+
+
 def materialize(spec: DatasetSpec, data_dir: Path, seed: int) -> Path:
     """The HDF5 file for ``spec``: its path, or a generated file under ``data_dir``."""
     if spec.path is not None:

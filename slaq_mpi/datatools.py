@@ -23,7 +23,9 @@ from slaq_mpi.datasets import (
     GENERATORS,
     DatasetSpec,
     RowWriter,
+    check_space,
     generate,
+    generated_bytes,
     generator_param_problem,
     inspect,
 )
@@ -154,6 +156,7 @@ def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **option
             raise ConfigError(f"data make --{key.replace('_', '-')}", val, problem)
     spec = DatasetSpec(generator=kind, params={"rows": rows, "features": features, "seed": seed,
                                                **options})
+    check_space(generated_bytes(spec), out.parent, "data make OUT")
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     try:
         generate(spec, tmp, seed)

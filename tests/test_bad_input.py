@@ -484,6 +484,21 @@ def test_a_user_solver_may_import_modules_beside_it_or_from_the_working_director
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_data_that_cannot_fit_on_the_disk_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    import shutil
+
+    free = shutil.disk_usage(tmp_path).free
+    rows = int(2 * free / (11 * 8))  # 10 features and a label: 88 bytes a row; twice the space
+    raw = _with(["jobs", 0, "dataset"], {"generator": "classification", "rows": rows, "features": 10})
+    raw["output_dir"] = str(tmp_path / "run")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "generated datasets", "GB free under")
+    _refused(run_slaq(["data", "make", "classification", str(tmp_path / "x.h5"), "--rows", str(rows),
+                       "--features", "10"], cwd=tmp_path), "data make OUT", "GB free under")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
 def test_run_refuses_a_config_and_resume_together(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(GOOD))
