@@ -143,9 +143,10 @@ class CurveLibrary:
                     )
                     for i in range(len(off) - 1)
                 ]
-        except (OSError, KeyError, ValueError, IndexError, TypeError, AttributeError) as exc:
-            # TypeError: a .npy file (np.load gives an array, not an archive)
-            raise DataError(f"{p}: not a curve library of `slaq curves record` ({exc})") from None
+        except (OSError, KeyError, ValueError, IndexError, TypeError, AttributeError):
+            # TypeError: a .npy file (np.load gives an array, not an archive); ValueError: text
+            raise DataError(f"{p}: not a curve library (the .npz file `slaq curves record` "
+                            "writes)") from None
         return cls(curves)
 
 

@@ -168,8 +168,12 @@ def parse_settings(spec: Any) -> SimSettings:
     curve_file = raw.get("curve_file")
     if curve_file is not None and (not isinstance(curve_file, str) or not curve_file):
         raise ConfigError(f"{w}.curve_file", curve_file, "must be a path to a .npz curve library")
+    if curve_file is not None and Path(curve_file).is_dir():
+        raise ConfigError(f"{w}.curve_file", curve_file, "is a directory; give the .npz file that "
+                          "`slaq curves record --out FILE` wrote")
     if curve_file is not None and not Path(curve_file).is_file():
-        raise ConfigError(f"{w}.curve_file", curve_file, "the file does not exist (write one with "
+        raise ConfigError(f"{w}.curve_file", curve_file, "the file does not exist (relative paths "
+                          "are read from the working directory; write one with "
                           "`slaq curves record --out FILE`)")
     workload = None
     if raw.get("workload") is not None:
