@@ -177,9 +177,12 @@ def test_sim_check_gives_the_jobs_their_utility_specs(tmp_path: Path) -> None:
     cfg.write_text(yaml.safe_dump(UTILITY_CONFIG))
     args = parse(["simulate", str(cfg), "--out", str(tmp_path / "o")])
     assert args.func(args) == 0
-    as_real_run(tmp_path / "o" / "utility")  # a real run's metrics hold no utility
-    real = read_metrics(tmp_path / "o" / "utility")
-    assert real.policy == "utility" and real.jobs["urgent"].utility is None
+    as_real_run(tmp_path / "o" / "utility")  # a real run's metrics hold no utility attribute
+    with h5py.File(tmp_path / "o" / "utility" / "metrics.h5") as f:
+        assert "utility" not in f["jobs/urgent"].attrs
+    real = read_metrics(tmp_path / "o" / "utility")  # ... so they come from its config
+    assert real.policy == "utility" and real.jobs["urgent"].utility == {"value": 10.0, "deadline": 8.0,
+                                                                         "decay": 4.0}
     cmp = compare_with_run(tmp_path / "o" / "utility", epoch_model="fluid")
     assert cmp.simulated.jobs["urgent"].utility == {"value": 10.0, "deadline": 8.0, "decay": 4.0}
     assert cmp.simulated.jobs["calm"].utility == {"value": 1.0, "decay": 0.0}
