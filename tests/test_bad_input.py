@@ -58,7 +58,7 @@ CASES = {
     "density above one": (_with(["jobs", 0, "dataset", "density"], 1.5),
                           ["jobs[0].dataset.density", "1.5", "(0, 1]"]),
     "bad policy parameter value": (_with(["policy"], {"name": "slaq", "params": {"window": 2}}),
-                                   ["policy", "window must be an integer >= 3 (got 2)"]),
+                                   ["policy", "window must be an integer in [3, 1000] (got 2)"]),
     "zero policy decay": (_with(["policy"], {"name": "slaq", "params": {"decay": 0}}),
                           ["policy", "'slaq'", "decay must be > 0 (got 0)"]),
     "policy parameter of the wrong type": (

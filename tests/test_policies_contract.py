@@ -62,17 +62,19 @@ def test_finish_time_fair_with_serial_jobs_does_not_overbook() -> None:
 
 # every constructor check of every policy: (policy, the one bad parameter, its value, the message)
 BAD_PARAMETERS = [
-    ("slaq", "window", 2, "window must be an integer >= 3 (got 2)"),
+    ("slaq", "window", 2, "window must be an integer in [3, 1000] (got 2)"),
+    ("slaq", "window", 10**6, "window must be an integer in [3, 1000] (got 1000000)"),
+    ("slaq", "min_gain", -1.0, "min_gain must be a number >= 0 (got -1.0)"),
     ("slaq", "decay", 0, "decay must be > 0 (got 0)"),
     ("slaq", "prior_seconds", -1.0, "prior_seconds must be > 0 (got -1.0)"),
     ("slaq", "reserve_fraction", 1.5, "reserve_fraction must be a fraction in [0, 1] (got 1.5)"),
     ("slaq", "reserve_fraction", -0.1, "reserve_fraction must be a fraction in [0, 1] (got -0.1)"),
     ("slaq", "normalize", "spans", "normalize must be 'span' or 'max_drop' (got 'spans')"),
     ("goodput", "p", 2.0, "p must be a finite number <= 1 (got 2.0)"),
-    ("goodput", "window", 1, "window must be an integer >= 3 (got 1)"),
+    ("goodput", "window", 1, "window must be an integer in [3, 1000] (got 1)"),
     ("finish-time-fair", "slack", 0.5, "slack must be a finite number >= 1 (got 0.5)"),
     ("finish-time-fair", "decay", -2.0, "decay must be > 0 (got -2.0)"),
-    ("utility", "window", 0, "window must be an integer >= 3 (got 0)"),
+    ("utility", "window", 0, "window must be an integer in [3, 1000] (got 0)"),
     ("utility", "decay", 0.0, "decay must be > 0 (got 0.0)"),
 ]
 

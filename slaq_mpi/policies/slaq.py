@@ -48,6 +48,7 @@ from slaq_mpi.throughput import (
 
 __all__ = ["Forecast", "GainFn", "SlaqPolicy", "allocate_by_gain", "greedy_allocate", "water_fill"]
 
+MAX_WINDOW = 1000  # losses fitted per job at most (the fits cost jobs x window each decision)
 MIN_CHUNK_CELLS = 4096  # gains per call of the gain function below which its fixed cost dominates
 
 GainFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -312,7 +313,8 @@ class SlaqPolicy:
         normalize: str = "span",
         learn_scaling: bool = True,
     ) -> None:
-        require("window", window, window >= 3, "an integer >= 3")
+        require("window", window, 3 <= window <= MAX_WINDOW, f"an integer in [3, {MAX_WINDOW}]")
+        require("min_gain", min_gain, min_gain >= 0, "a number >= 0")
         require("decay", decay, decay > 0, "> 0")  # `not nan > 0`: NaN is refused too
         require("prior_seconds", prior_seconds, prior_seconds > 0, "> 0")
         require("reserve_fraction", reserve_fraction, 0 <= reserve_fraction <= 1, "a fraction in [0, 1]")
