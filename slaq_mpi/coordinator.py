@@ -19,7 +19,7 @@ from typing import Any
 from jobs import load_solver
 from slaq_mpi import _early_signals, checkpoint, comm
 from slaq_mpi.config import ExperimentSpec
-from slaq_mpi.datasets import materialize
+from slaq_mpi.datasets import fingerprint, materialize
 from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
 from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
@@ -291,6 +291,8 @@ def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
         "name": spec.name, "policy": spec.policy, "seed": spec.seed, "capacity": capacity,
         "epoch_seconds": spec.epoch_seconds, "mode": "run", "config": spec.source,
         "workdir": os.getcwd(),  # where config.yaml's relative paths point (for --resume)
+        "data_files": json.dumps({j.name: [j.dataset.path, fingerprint(j.dataset.path)]
+                                  for j in spec.jobs if j.dataset.path}, sort_keys=True),
     }
     return RunRecord(attrs=attrs, jobs=jobs)
 

@@ -342,6 +342,25 @@ def check_space(needed: float, where: Path, what: str) -> None:
                           f"{free / 1e9:.3g} GB free under {base}; make it smaller or free space")
 
 
+FINGERPRINT_BYTES = 1 << 20  # the first and last MiB of a data file are hashed
+
+
+def fingerprint(path: str | Path) -> str:
+    """A cheap fingerprint of a data file: its size and a SHA-256 of its first and last MiB
+    (a file regenerated or replaced differs there; a touched or copied one does not)."""
+    import hashlib
+
+    p = Path(path)
+    size = p.stat().st_size
+    digest = hashlib.sha256()
+    with open(p, "rb") as fh:
+        digest.update(fh.read(FINGERPRINT_BYTES))
+        if size > FINGERPRINT_BYTES:
+            fh.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+            digest.update(fh.read(FINGERPRINT_BYTES))
+    return f"{size}:{digest.hexdigest()}"
+
+
 def materialize(spec: DatasetSpec, data_dir: Path, seed: int) -> Path:
     """The HDF5 file for ``spec``: its path, or a generated file under ``data_dir``."""
     if spec.path is not None:

@@ -100,6 +100,39 @@ def _check_unchanged(run_dir: Path, saved: Path) -> None:
                           "restore it, or start a new run with slaq run CONFIG")
 
 
+def check_data_unchanged(run_dir: Path) -> None:
+    """Refuse to resume a run whose data files changed since it started (fingerprints kept in
+    metrics.h5): the jobs would go on training on other data, silently.
+
+    Raises:
+        ConfigError: naming the job, the file and what to do.
+    """
+    import json
+
+    import h5py
+
+    from slaq_mpi.datasets import fingerprint
+
+    try:
+        with h5py.File(run_dir / "metrics.h5", "r") as f:
+            kept = f.attrs.get("data_files")
+    except OSError:
+        return
+    if isinstance(kept, bytes):
+        kept = kept.decode()
+    if not isinstance(kept, str):
+        return  # a run from before fingerprints were kept
+    for job, (path, was) in sorted(json.loads(kept).items()):
+        try:
+            now = fingerprint(path)
+        except OSError as exc:
+            raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} cannot be "
+                              f"read ({exc.strerror}); restore it") from None
+        if now != was:
+            raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} changed since "
+                              "the run started; restore it, or start a new run with slaq run CONFIG")
+
+
 def _enter_start_dir(run_dir: Path) -> None:
     """Work in the directory the run started in (kept in metrics.h5), where the relative paths
     of its config.yaml (datasets, solver files, output_dir) point; a resume may be started
@@ -187,7 +220,9 @@ def run_command(args: argparse.Namespace) -> int:
                       "shows its results)", flush=True)
                 return status
         exe = find_mpiexec(args.mpiexec)
-        if not resume:  # before any rank starts
+        if resume:
+            check_data_unchanged(run_dir)
+        else:  # before any rank starts
             rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
         rundir.check_free(run_dir)
         return _relaunch(args, spec, exe, started)
@@ -218,7 +253,9 @@ def run_command(args: argparse.Namespace) -> int:
             rundir.hold(run_dir)
             if rundir.clear_stale_stop(run_dir, started):
                 print(f"slaq: removed a STOP file in {run_dir} left from before this start", flush=True)
-            if not resume:
+            if resume:
+                check_data_unchanged(run_dir)
+            else:
                 rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
                 _fresh_run_dir(spec)
         except OSError as exc:

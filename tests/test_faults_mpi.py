@@ -130,6 +130,34 @@ def test_resume_from_another_directory_reads_relative_paths_where_the_run_starte
     assert not (elsewhere / "run").exists() and list(elsewhere.iterdir()) == []
 
 
+def test_resume_refuses_a_data_file_that_changed_since_the_start(tmp_path: Path) -> None:
+    import shutil
+
+    from slaq_mpi.datasets import DatasetSpec, generate
+
+    data = tmp_path / "train.h5"
+    spec = DatasetSpec(generator="classification", params={"rows": 8000, "features": 10})
+    generate(spec, data, 4)
+    shutil.copy2(data, tmp_path / "kept.h5")
+    raw = yaml.safe_load((ROOT / "tests" / "configs" / "faults.yaml").read_text())
+    raw["jobs"].append({"name": "mine", "algorithm": "logreg", "arrival": 0, "dataset": {"path": str(data)},
+                        "stop": {"max_iterations": 5000}})
+    cfg = _config(tmp_path, jobs=raw["jobs"])
+    proc = _start(cfg, tmp_path)
+    _wait_epochs(tmp_path / "run", proc, 3)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out + err
+    generate(spec, data, 5)  # the same shape, other numbers: `slaq data make` again, say
+    res = run_slaq(["run", "--resume", str(tmp_path / "run")], cwd=tmp_path, timeout=300)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "job mine's data file" in res.stderr and "changed since the run started" in res.stderr
+    assert "starting" not in res.stdout  # refused before any rank started
+    shutil.copy(tmp_path / "kept.h5", data)  # restored (a new modification time is fine)
+    res = run_slaq(["run", "--resume", str(tmp_path / "run")], cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_sigkill_of_a_worker_then_resume(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     run = tmp_path / "run"
