@@ -82,19 +82,26 @@ def _finished_status(run_dir: Path) -> int | None:
     return EXIT_FAILED if any(j.status == "failed" for j in jobs) else EXIT_DONE
 
 
-def _check_unchanged(run_dir: Path, saved: Path) -> None:
-    """Refuse a resume whose config.yaml differs from the config the run started with (kept
-    in metrics.h5): jobs added, removed or changed cannot be carried on from checkpoints."""
+def _kept(run_dir: Path, key: str) -> str | None:
+    """The text attribute ``key`` of the run's metrics.h5 (None: no such attribute, or no
+    readable metrics yet)."""
     import h5py
 
     try:
         with h5py.File(run_dir / "metrics.h5", "r") as f:
-            original = f.attrs.get("config")
+            value = f.attrs.get(key)
     except OSError:
-        return  # no readable metrics yet: nothing to compare with (checkpoints decide)
-    if isinstance(original, bytes):
-        original = original.decode()
-    if isinstance(original, str) and original and saved.read_text() != original:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value if isinstance(value, str) and value else None
+
+
+def _check_unchanged(run_dir: Path, saved: Path) -> None:
+    """Refuse a resume whose config.yaml differs from the config the run started with (kept
+    in metrics.h5): jobs added, removed or changed cannot be carried on from checkpoints."""
+    original = _kept(run_dir, "config")  # None: nothing to compare with (checkpoints decide)
+    if original is not None and saved.read_text() != original:
         raise ConfigError("--resume", str(run_dir), f"its {saved.name} differs from the config the run "
                           "started with (kept in metrics.h5); a resumed run must use it unchanged: "
                           "restore it, or start a new run with slaq run CONFIG")
@@ -109,18 +116,10 @@ def check_data_unchanged(run_dir: Path) -> None:
     """
     import json
 
-    import h5py
-
     from slaq_mpi.datasets import fingerprint
 
-    try:
-        with h5py.File(run_dir / "metrics.h5", "r") as f:
-            kept = f.attrs.get("data_files")
-    except OSError:
-        return
-    if isinstance(kept, bytes):
-        kept = kept.decode()
-    if not isinstance(kept, str):
+    kept = _kept(run_dir, "data_files")
+    if kept is None:
         return  # a run from before fingerprints were kept
     for job, (path, was) in sorted(json.loads(kept).items()):
         try:
@@ -137,16 +136,8 @@ def _enter_start_dir(run_dir: Path) -> None:
     """Work in the directory the run started in (kept in metrics.h5), where the relative paths
     of its config.yaml (datasets, solver files, output_dir) point; a resume may be started
     from anywhere. A run whose start directory is gone stays here, and says so."""
-    import h5py
-
-    try:
-        with h5py.File(run_dir / "metrics.h5", "r") as f:
-            start = f.attrs.get("workdir")
-    except OSError:
-        return
-    if isinstance(start, bytes):
-        start = start.decode()
-    if not isinstance(start, str) or not start or Path(start) == Path.cwd():
+    start = _kept(run_dir, "workdir")
+    if start is None or Path(start) == Path.cwd():
         return
     if not Path(start).is_dir():
         if not under_mpi():
