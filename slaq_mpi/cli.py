@@ -34,6 +34,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{args.config}: ok: experiment {spec.name!r}, {len(spec.jobs)} jobs, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"
     )
+    try:
+        config.check_data_space(spec)
+    except ConfigError as exc:  # a config may be for `slaq simulate` only: a note, not an error
+        print(f"{args.config}: note: slaq run would refuse it here: {exc}")
     if spec.policy not in LIVE_POLICY_NAMES:
         print(f"{args.config}: note: policy {spec.policy!r} is for `slaq simulate` only; "
               "`slaq run` and `slaq submit` refuse it")

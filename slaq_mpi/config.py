@@ -144,6 +144,18 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     return ExperimentSpec(**{**spec.__dict__, "source": text})
 
 
+def check_data_space(spec: ExperimentSpec) -> None:
+    """Refuse a fresh run whose generated datasets (each distinct one once) do not fit in the
+    free space under its output_dir (a fresh run generates them all again).
+
+    Raises:
+        ConfigError: naming the size and the free space.
+    """
+    distinct = {j.dataset.key(j.seed): j.dataset for j in spec.jobs if j.dataset.generator is not None}
+    check_space(sum(map(generated_bytes, distinct.values())), spec.output_dir,
+                "the jobs' generated datasets")
+
+
 def input_files(spec: ExperimentSpec) -> list[Path]:
     """The files the ranks of a run of ``spec`` read once it has started: data files and user
     solver files (every rank has read the config before the run directory is touched)."""
@@ -181,10 +193,6 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
         raise ConfigError("jobs", jobs_raw, "must be a non-empty list of job mappings")
     jobs = tuple(_job(j, i, seed, ranks, check_files) for i, j in enumerate(jobs_raw))
     output_dir = _output_dir(top.get("output_dir", f"runs/{name}"), check_files)
-    if check_files:  # the data a run generates must fit (a resumed run has its data already)
-        todo = [j.dataset for j in jobs if j.dataset.generator is not None
-                and not (output_dir / "data" / f"{j.dataset.key(j.seed)}.h5").exists()]
-        check_space(sum(map(generated_bytes, todo)), output_dir, "the jobs' generated datasets")
     seen: set[str] = set()
     for i, job in enumerate(jobs):
         if job.name in seen:

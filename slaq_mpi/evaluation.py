@@ -296,9 +296,9 @@ def _steps(run: RunData, l_star: Mapping[str, float],
     """The active jobs' normalized losses as exact step functions over ``window`` (default:
     first arrival to last end): the lengths of the pieces, and on each piece the sum of the
     active jobs' normalized losses and their count."""
+    if not run.jobs:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
     if window is None:
-        if not run.jobs:
-            return np.zeros(0), np.zeros(0), np.zeros(0)
         window = _span(run)
     times: list[np.ndarray] = []
     d_total: list[np.ndarray] = []
@@ -307,6 +307,10 @@ def _steps(run: RunData, l_star: Mapping[str, float],
         end = job.end if math.isfinite(job.end) else math.inf
         norm = np.concatenate(([1.0], normalized_loss(job.loss, float(job.loss[0]), l_star.get(name, 0.0))
                                if len(job.loss) else []))
+        bad = ~np.isfinite(norm)  # a NaN or inf loss (a failing job) holds the last good value
+        if bad.any():
+            good = np.where(bad, 0, np.arange(len(norm)))
+            norm = norm[np.maximum.accumulate(good)]
         t = np.asarray(job.time, dtype=np.float64)[: len(norm) - 1]
         keep = t < end  # iterations reported from the end on change nothing
         t, steps = t[keep], np.diff(norm)[keep]
@@ -617,7 +621,7 @@ def comparison_window(runs: Iterable[RunData]) -> tuple[float, float] | None:
     From the first arrival in any run until the earliest of the runs' last job ends: the span
     over which every run still has active jobs.
     """
-    spans = [_span(observed(r)) for r in runs if r.jobs]
+    spans = [_span(o) for o in map(observed, runs) if o.jobs]
     if not spans:
         return None
     lo = min(s[0] for s in spans)

@@ -215,6 +215,7 @@ def run_command(args: argparse.Namespace) -> int:
             check_data_unchanged(run_dir)
         else:  # before any rank starts
             rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
+            config.check_data_space(spec)
         rundir.check_free(run_dir)
         return _relaunch(args, spec, exe, started)
     started = start_time(started)
@@ -248,6 +249,7 @@ def run_command(args: argparse.Namespace) -> int:
                 check_data_unchanged(run_dir)
             else:
                 rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
+                config.check_data_space(spec)
                 _fresh_run_dir(spec)
         except OSError as exc:
             failure = ConfigError("output_dir", str(run_dir), f"cannot be used: {exc.strerror or exc}")

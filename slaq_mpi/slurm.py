@@ -587,6 +587,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     rundir.check_free(run_dir)
     if not (Path(run_dir) / "state.json").is_file():
         rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
+        config.check_data_space(spec)
     if (Path(run_dir) / "state.json").is_file():
         print(f"slaq: note: {run_dir} holds an earlier run; the job will resume it "
               "(move it away for a fresh run)")

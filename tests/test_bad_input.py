@@ -498,10 +498,31 @@ def test_data_that_cannot_fit_on_the_disk_is_refused_before_anything_is_written(
     raw["output_dir"] = str(tmp_path / "run")
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(raw))
-    _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "generated datasets", "GB free under")
+    _refused(run_slaq(["run", str(cfg)], cwd=tmp_path), "generated datasets", "GB free under")
+    valid = run_slaq(["validate", str(cfg)], cwd=tmp_path)  # maybe a config for simulate only
+    assert valid.returncode == 0 and "note: slaq run would refuse it here" in valid.stdout, valid.stdout
     _refused(run_slaq(["data", "make", "classification", str(tmp_path / "x.h5"), "--rows", str(rows),
                        "--features", "10"], cwd=tmp_path), "data make OUT", "GB free under")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_a_dataset_shared_by_jobs_counts_once_against_the_disk(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    from collections import namedtuple
+
+    from slaq_mpi.config import check_data_space, parse
+    from slaq_mpi.errors import ConfigError
+
+    one = {"generator": "classification", "rows": 1000, "features": 9, "seed": 1}  # 80 kB
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 0, 120_000))
+    raw = _with(["jobs"], [{"name": n, "algorithm": "logreg", "dataset": one} for n in ("a", "b")])
+    raw["output_dir"] = str(tmp_path / "run")
+    check_data_space(parse(raw, check_files=False))  # one file of 80 kB: fits in 120 kB
+    raw["jobs"][1]["dataset"] = {**one, "seed": 2}  # two files: 160 kB
+    with pytest.raises(ConfigError, match="generated datasets"):
+        check_data_space(parse(raw, check_files=False))
 
 
 def test_run_refuses_a_config_and_resume_together(tmp_path: Path) -> None:

@@ -91,6 +91,22 @@ def test_the_averages_are_exact_for_jobs_much_shorter_than_an_epoch() -> None:
     assert mean_active_jobs(run, {"q": 0.0}, window=huge) == pytest.approx(0.1 / 1e15)
 
 
+def test_no_jobs_and_bad_losses_do_not_break_the_averages() -> None:
+    empty = run_of([])
+    assert math.isnan(average_normalized_loss(empty, {}, window=(0.0, 5.0)))
+    assert normalized_loss_job_seconds(empty, {}, window=(0.0, 5.0)) == 0.0
+    # a job reporting a NaN loss (it fails there) does not spoil the other job's figures
+    a = job("a", 0.0, [10.0, math.nan, 5.0], [1.0, 2.0, 3.0], end=4.0)
+    b = job("b", 0.0, [10.0, 5.0], [1.0, 2.0], end=10.0)
+    run = run_of([a, b])
+    stars = {"a": 0.0, "b": 0.0}
+    assert math.isfinite(average_normalized_loss(run, stars))
+    assert normalized_loss_job_seconds(run, stars) == pytest.approx(2.0 + 1.0 + 0.5 + 2.0 + 8 * 0.5)
+    # a run whose only job arrives after it stopped is left out of the common window
+    early = run_of([job("x", 5.0, [], [])], epoch_time=[0.0])
+    assert comparison_window([run, early]) == pytest.approx((0.0, 10.0))
+
+
 def test_average_over_active_jobs_only() -> None:
     b = job("b", 2.0, [], [])  # arrived at 2, never ran: 1.0 while active
     run = run_of([A, b])
