@@ -18,6 +18,7 @@ import yaml
 from slaq_mpi.datasets import (
     GENERATOR_REQUIRED,
     GENERATORS,
+    SEED_MAX,
     DatasetSpec,
     check_file,
     check_space,
@@ -26,12 +27,9 @@ from slaq_mpi.datasets import (
     generator_param_problem,
     generator_top_label,
 )
-from slaq_mpi.datasets import (
-    SEED_MAX as JOB_SEED_MAX,
-)
 from slaq_mpi.errors import ConfigError, DataError
 
-SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must still fit in 64 bits
+EXPERIMENT_SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must fit SEED_MAX
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _TOP_KEYS = {
     "name", "output_dir", "epoch_seconds", "policy", "ranks", "seed", "jobs", "slurm",
@@ -185,7 +183,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     """Validate an already-parsed YAML document."""
     top = _mapping(raw, "config", _TOP_KEYS)
     name = _name(_req(top, "name", "config"), "name")
-    seed = _int(top.get("seed", 0), "seed", lo=0, hi=SEED_MAX)
+    seed = _int(top.get("seed", 0), "seed", lo=0, hi=EXPERIMENT_SEED_MAX)
     ranks = _int(top.get("ranks", 8), "ranks", lo=2)
     policy, policy_params = _policy(top.get("policy", "slaq"))
     jobs_raw = _req(top, "jobs", "config")
@@ -296,7 +294,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
         arrival=_float(job.get("arrival", 0.0), f"{where}.arrival", lo=0.0),
         stop=stop,
         max_cores=max_cores,
-        seed=_int(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0, hi=JOB_SEED_MAX),
+        seed=_int(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0, hi=SEED_MAX),
         utility=dict(utility) if utility is not None else None,
     )
 

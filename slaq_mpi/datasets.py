@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from jobs.base import Shard
-from slaq_mpi.errors import DataError
+from slaq_mpi.errors import ConfigError, DataError
 
 CHUNK_ROWS = 65536
 
@@ -329,10 +330,6 @@ def check_space(needed: float, where: Path, what: str) -> None:
     Raises:
         ConfigError: naming ``what``, the size and the free space.
     """
-    import shutil
-
-    from slaq_mpi.errors import ConfigError
-
     base = where.resolve()
     while not base.exists():
         base = base.parent
@@ -348,8 +345,6 @@ FINGERPRINT_BYTES = 1 << 20  # the first and last MiB of a data file are hashed
 def fingerprint(path: str | Path) -> str:
     """A cheap fingerprint of a data file: its size and a SHA-256 of its first and last MiB
     (a file regenerated or replaced differs there; a touched or copied one does not)."""
-    import hashlib
-
     p = Path(path)
     size = p.stat().st_size
     digest = hashlib.sha256()

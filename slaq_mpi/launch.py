@@ -190,6 +190,16 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started:
     return child.wait()
 
 
+def _check_start(spec: ExperimentSpec, run_dir: Path, resume: bool) -> None:
+    """What must hold before a run starts: a resumed run's data files are unchanged; a fresh
+    run's output_dir may be moved aside, and its generated data fits on the disk."""
+    if resume:
+        check_data_unchanged(run_dir)
+    else:
+        rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
+        config.check_data_space(spec)
+
+
 def _fresh_run_dir(spec: ExperimentSpec) -> None:
     run_dir = spec.output_dir
     aside = rundir.move_aside(run_dir)
@@ -211,11 +221,7 @@ def run_command(args: argparse.Namespace) -> int:
                       "shows its results)", flush=True)
                 return status
         exe = find_mpiexec(args.mpiexec)
-        if resume:
-            check_data_unchanged(run_dir)
-        else:  # before any rank starts
-            rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
-            config.check_data_space(spec)
+        _check_start(spec, run_dir, resume)  # before any rank starts
         rundir.check_free(run_dir)
         return _relaunch(args, spec, exe, started)
     started = start_time(started)
@@ -245,11 +251,8 @@ def run_command(args: argparse.Namespace) -> int:
             rundir.hold(run_dir)
             if rundir.clear_stale_stop(run_dir, started):
                 print(f"slaq: removed a STOP file in {run_dir} left from before this start", flush=True)
-            if resume:
-                check_data_unchanged(run_dir)
-            else:
-                rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
-                config.check_data_space(spec)
+            _check_start(spec, run_dir, resume)
+            if not resume:
                 _fresh_run_dir(spec)
         except OSError as exc:
             failure = ConfigError("output_dir", str(run_dir), f"cannot be used: {exc.strerror or exc}")

@@ -153,8 +153,8 @@ def _shown(path: Path) -> str:
 
 def same_workload(runs: Sequence[RunData]) -> bool:
     """Whether the runs are of one workload, so that comparing them (one L* per job, one
-    window) means something: the jobs they share have the same algorithm and arrival, and the
-    jobs of each are those of the largest (a run cut short lacks only its later jobs)."""
+    window) means something: every job of each run has the same algorithm and arrival in the
+    run with the most jobs (a run cut short lacks its later jobs)."""
     jobs = [{n: (j.algorithm, round(j.arrival, 6)) for n, j in r.jobs.items()} for r in runs]
     if not jobs:
         return True
