@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from slaq_mpi import config
-from slaq_mpi.evaluation import summarize_runs
 from slaq_mpi.sim import run_policies
+from slaq_mpi.summary import summarize_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (2017, 1, 2, 3, 4, 5)

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs import ALGORITHMS, SerialComm, load_solver  # noqa: E402
-from slaq_mpi import datasets  # noqa: E402
+from slaq_mpi import datasets, generators  # noqa: E402
 from slaq_mpi.predict import fit_curves  # noqa: E402
 
 AHEAD = 10
@@ -47,11 +47,11 @@ def record_curve(
     """Run one solver; return its first ``record`` losses, the converged loss and its class."""
     cls = load_solver(algorithm)
     kind = dataset_kind(cls)
-    if kind not in datasets.GENERATORS:
+    if kind not in generators.GENERATORS:
         raise LookupError(f"no synthetic generator for dataset kind {kind!r}")
     spec = datasets.DatasetSpec(generator=kind, params={"rows": rows, "features": 20, "seed": seed})
     path = data_dir / f"{algorithm}-{seed}.h5"
-    datasets.generate(spec, path, seed)
+    generators.generate(spec, path, seed)
     shard = datasets.read_shard(path, 0, 1)
     if not getattr(cls, "needs_labels", True):
         shard.y = None

@@ -24,7 +24,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi.policies import LIVE_POLICY_NAMES
     from slaq_mpi.rundir import check_fresh
     from slaq_mpi.sim.settings import parse_settings
-    from slaq_mpi.slurm import settings_for
+    from slaq_mpi.slurm_settings import settings_for
 
     spec = config.load(args.config)
     check_fresh(spec.output_dir, "output_dir", config.input_files(spec))

@@ -15,19 +15,18 @@ from typing import Any
 
 import yaml
 
-from slaq_mpi.datasets import (
+from slaq_mpi.datasets import DatasetSpec, check_file
+from slaq_mpi.errors import ConfigError, DataError
+from slaq_mpi.generators import (
     GENERATOR_REQUIRED,
     GENERATORS,
     SEED_MAX,
-    DatasetSpec,
-    check_file,
     check_space,
     generated_bytes,
     generator_label_problem,
     generator_param_problem,
     generator_top_label,
 )
-from slaq_mpi.errors import ConfigError, DataError
 
 EXPERIMENT_SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must fit SEED_MAX
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

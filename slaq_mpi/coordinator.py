@@ -19,8 +19,9 @@ from typing import Any
 from jobs import load_solver
 from slaq_mpi import _early_signals, checkpoint, comm
 from slaq_mpi.config import ExperimentSpec
-from slaq_mpi.datasets import fingerprint, materialize
+from slaq_mpi.datasets import fingerprint
 from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
+from slaq_mpi.generators import materialize
 from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
 from slaq_mpi.plan import Plan, Report, epoch_length

@@ -18,18 +18,15 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from slaq_mpi.datasets import (
-    CHUNK_ROWS,
+from slaq_mpi.datasets import CHUNK_ROWS, DatasetSpec, RowWriter, inspect
+from slaq_mpi.errors import ConfigError, DataError
+from slaq_mpi.generators import (
     GENERATORS,
-    DatasetSpec,
-    RowWriter,
     check_space,
     generate,
     generated_bytes,
     generator_param_problem,
-    inspect,
 )
-from slaq_mpi.errors import ConfigError, DataError
 
 __all__ = ["add_cli", "convert_csv", "convert_libsvm", "convert_npy", "make"]
 

@@ -34,16 +34,16 @@ minimum over every run's observed losses and every recorded converged loss (the 
 ``l_star``). In simulation that is the curve's converged loss; for real runs it is the best loss
 that job reached under any policy compared.
 
-``SUMMARY_METRICS`` is the table of scalar metrics a report shows; other modules add entries to
-it (name -> function of (run, l_star)).
+The policy-comparison metrics (utility, finish-time fairness, speedup) are in
+:mod:`slaq_mpi.fairness`; the table of every scalar metric a report shows, and the functions that
+fill it for a run or a comparison, in :mod:`slaq_mpi.summary`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 import numpy as np
 
@@ -52,7 +52,6 @@ from slaq_mpi.plan import epoch_length
 __all__ = [
     "JobTrace",
     "RunData",
-    "SUMMARY_METRICS",
     "average_normalized_loss",
     "avg_normalized_loss_series",
     "common_l_star",
@@ -60,7 +59,7 @@ __all__ = [
     "completion_times",
     "core_share_by_loss_group",
     "evaluation_grid",
-    "job_utility",
+    "job_end",
     "makespan",
     "mean_active_jobs",
     "normalized_loss",
@@ -68,14 +67,8 @@ __all__ = [
     "normalized_loss_at",
     "observed",
     "observed_end",
-    "power_mean",
     "reduction_times",
-    "rhos",
-    "speedups",
-    "summarize",
-    "summarize_runs",
     "time_to_reduction",
-    "total_utility",
 ]
 
 LOSS_GROUPS = ("high", "medium", "low")
@@ -187,7 +180,7 @@ def common_l_star(runs: Iterable[RunData]) -> dict[str, float]:
     return {k: (v if math.isfinite(v) else 0.0) for k, v in best.items()}
 
 
-def _job_end(job: JobTrace) -> float:
+def job_end(job: JobTrace) -> float:
     if math.isfinite(job.end):
         return job.end
     return float(job.time[-1]) if len(job.time) else job.arrival
@@ -198,7 +191,7 @@ def observed_end(run: RunData) -> float:
     or iteration if later (NaN for a run with neither)."""
     if math.isfinite(run.stopped):
         return run.stopped
-    ends = [_job_end(j) for j in run.jobs.values() if len(j.time) or math.isfinite(j.end)]
+    ends = [job_end(j) for j in run.jobs.values() if len(j.time) or math.isfinite(j.end)]
     if len(run.epoch_time):
         last = float(run.epoch_time[-1])  # its epoch was cut short if a job arrived during it
         due = [j.arrival for j in run.jobs.values() if j.arrival > last]
@@ -229,7 +222,7 @@ def _span(run: RunData) -> tuple[float, float]:
     lo = min(j.arrival for j in run.jobs.values())
     if all(math.isfinite(j.end) for j in run.jobs.values()):
         return lo, max(j.end for j in run.jobs.values())
-    last = max(_job_end(j) for j in run.jobs.values())
+    last = max(job_end(j) for j in run.jobs.values())
     end = observed_end(run)
     return lo, last if math.isnan(end) else max(end, last)
 
@@ -403,218 +396,6 @@ def core_share_by_loss_group(run: RunData,
     return times, shares
 
 
-def _nanmean(a: np.ndarray) -> float:
-    a = a[~np.isnan(a)]
-    return float(a.mean()) if len(a) else math.nan
-
-
-def _nanmedian(a: np.ndarray) -> float:
-    a = a[~np.isnan(a)]
-    return float(np.median(a)) if len(a) else math.nan
-
-
-MetricFn = Callable[[RunData, Mapping[str, float]], float]
-
-
-def _mean_share(group: int) -> MetricFn:
-    def share(run: RunData, l_star: Mapping[str, float]) -> float:
-        _, shares = core_share_by_loss_group(run, l_star)
-        col = shares[:, group] if len(shares) else np.zeros(0)
-        return _nanmean(col)
-
-    return share
-
-# --- the policy-comparison metrics: utility, finish-time fairness, speedup --------------------
-
-P_MEAN_EXPONENT = -1.0  # the fairness exponent of p_mean_speedup (Pollux's default)
-
-
-def job_utility(job: JobTrace) -> float:
-    """Utility the job earned: its ``utility:`` at its completion time (0 if unfinished/none)."""
-    if not job.utility or not math.isfinite(job.end):
-        return 0.0
-    from slaq_mpi.policies.utility import utility_at
-
-    return float(utility_at(job.utility, job.end - job.arrival))
-
-
-def total_utility(run: RunData) -> float:
-    """Sum of :func:`job_utility` over the run's jobs."""
-    return float(sum(job_utility(j) for j in run.jobs.values()))
-
-
-def _seconds_model(job: JobTrace) -> Callable[[float], float] | None:
-    """Seconds per iteration as a function of (fractional) cores: the job's true model, else
-    one fitted to its observations; a share below one core is time-slicing."""
-    if job.scaling is not None:
-        work, overhead, comm = job.scaling
-    else:
-        pairs = job.throughput if job.throughput is not None and len(job.throughput) else (
-            np.column_stack((job.cores, job.iter_seconds)) if len(job.cores) else np.zeros((0, 2)))
-        if len(pairs) == 0:
-            return None
-        from slaq_mpi.sim.scaling import fit_scaling
-
-        m = fit_scaling((float(a), float(s)) for a, s in pairs)
-        work, overhead, comm = m.work, m.overhead, m.comm
-
-    def seconds(a: float) -> float:
-        one = work + overhead
-        return one / a if a < 1 else work / a + overhead + comm * math.log2(a)
-
-    return seconds
-
-
-def _run_end(run: RunData) -> float:
-    ends = [_job_end(j) for j in run.jobs.values()]
-    last_epoch = float(run.epoch_time[-1]) + run.epoch_seconds if len(run.epoch_time) else 0.0
-    return max([last_epoch, *ends]) if ends else last_epoch
-
-
-def rhos(run: RunData) -> np.ndarray:
-    """Finish-time fairness ``rho`` of every job, in job order (NaN if it cannot be defined).
-
-    ``rho = (end - arrival) / T_iso`` with ``T_iso = n * t(f)``: the time its ``n`` iterations
-    take alone on ``f = min(max_cores, capacity / N)`` cores, ``N`` the time-averaged number of
-    active jobs during the job's life in this run (Themis). Unfinished jobs use the run's end
-    and the iterations they ran (at least one): a lower bound.
-    """
-    jobs = list(run.jobs.values())
-    if not jobs:
-        return np.zeros(0)
-    end_run = _run_end(run)
-    arr = np.array([j.arrival for j in jobs])
-    end = np.array([j.end if math.isfinite(j.end) else end_run for j in jobs])
-    life = np.maximum(end - arr, 1e-12)
-    overlap = np.clip(np.minimum(end[:, None], end[None, :]) - np.maximum(arr[:, None], arr[None, :]),
-                      0.0, None)
-    contention = np.maximum(overlap.sum(axis=1) / life, 1.0)
-    out = np.full(len(jobs), np.nan)
-    for i, job in enumerate(jobs):
-        seconds = _seconds_model(job)
-        if seconds is None:
-            continue
-        cap = job.max_cores if job.max_cores > 0 else run.capacity
-        share = min(float(cap), run.capacity / contention[i])
-        isolated = max(len(job.loss), 1) * seconds(share)
-        out[i] = (end[i] - arr[i]) / isolated if isolated > 0 else np.nan
-    return out
-
-
-def _progress_at(job: JobTrace, t: np.ndarray) -> np.ndarray:
-    """Iterations done by times ``t`` (fractional: iterations advance linearly as they run)."""
-    ends = np.asarray(job.time, dtype=np.float64)
-    starts = ends - np.asarray(job.iter_seconds, dtype=np.float64)[: len(ends)]
-    starts = np.maximum(starts, np.concatenate(([-np.inf], ends[:-1])))
-    xp = np.ravel(np.column_stack((starts, ends)))
-    fp = np.ravel(np.column_stack((np.arange(len(ends)), np.arange(1, len(ends) + 1))))
-    return np.interp(t, xp, fp.astype(np.float64), left=0.0)
-
-
-def speedups(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
-    """Measured speedup of every job (Pollux's speedup over an equal share), in job order.
-
-    In every epoch the job is active, its speedup is the true normalized loss reduction it
-    made over the reduction it would have made from the same iteration on an equal share
-    ``min(max_cores, capacity / N_e)`` (``N_e`` jobs active at the epoch start) for the same
-    time; a job's speedup is the time-weighted mean over the epochs where that equal share
-    would make progress (NaN if none). Losses past the last recorded one count as flat.
-    """
-    times = np.asarray(run.epoch_time, dtype=np.float64)
-    names = list(run.jobs)
-    out = np.full(len(names), np.nan)
-    if len(times) == 0:
-        return out
-    stops = np.append(times[1:], max(_run_end(run), times[-1] + run.epoch_seconds))
-    arr = np.array([j.arrival for j in run.jobs.values()])
-    end = np.array([j.end if math.isfinite(j.end) else np.inf for j in run.jobs.values()])
-    active = (arr[None, :] <= times[:, None] + 1e-9) & (times[:, None] < end[None, :])
-    count = np.maximum(active.sum(axis=1), 1)
-    for i, (name, job) in enumerate(run.jobs.items()):
-        seconds = _seconds_model(job)
-        n = len(job.loss)
-        if seconds is None or n == 0:
-            continue
-        q = np.concatenate(([1.0], normalized_loss(job.loss, float(job.loss[0]), l_star.get(name, 0.0))))
-        rows = np.flatnonzero(active[:, i])
-        t0, t1 = times[rows], np.minimum(stops[rows], end[i])
-        k0, k1 = _progress_at(job, t0), _progress_at(job, t1)
-        cap = job.max_cores if job.max_cores > 0 else run.capacity
-        share = np.minimum(float(cap), run.capacity / count[rows])
-        fair_k = np.minimum(k0 + (t1 - t0) / np.array([seconds(s) for s in share]), n)
-        grid = np.arange(n + 1, dtype=np.float64)
-        fair = np.interp(k0, grid, q) - np.interp(fair_k, grid, q)
-        got = np.interp(k0, grid, q) - np.interp(k1, grid, q)
-        ok = fair > 1e-12
-        if ok.any():
-            w = (t1 - t0)[ok]
-            out[i] = float(np.sum(w * got[ok] / fair[ok]) / max(np.sum(w), 1e-12))
-    return out
-
-
-def power_mean(values: np.ndarray, p: float = P_MEAN_EXPONENT) -> float:
-    """Generalized mean of the finite values (geometric for ``p = 0``; 0 if ``p <= 0`` and any
-    value is 0)."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    if not len(v):
-        return math.nan
-    v = np.maximum(v, 0.0)
-    if p <= 0 and np.any(v == 0):
-        return 0.0
-    if p == 0:
-        return float(np.exp(np.mean(np.log(v))))
-    return float(np.mean(v**p) ** (1.0 / p))
-
-
-def _nanmax(a: np.ndarray) -> float:
-    a = a[~np.isnan(a)]
-    return float(a.max()) if len(a) else math.nan
-
-
-def _nanmin(a: np.ndarray) -> float:
-    a = a[~np.isnan(a)]
-    return float(a.min()) if len(a) else math.nan
-
-
-#: Scalar metrics of a run, in report order: name -> f(run, l_star). Extend by adding entries.
-SUMMARY_METRICS: dict[str, MetricFn] = {
-    "avg_normalized_loss": average_normalized_loss,
-    "normalized_loss_job_s": normalized_loss_job_seconds,
-    "mean_active_jobs": mean_active_jobs,
-    "mean_time_to_90": lambda r, ls: _nanmean(reduction_times(r, ls, 90)),
-    "median_time_to_90": lambda r, ls: _nanmedian(reduction_times(r, ls, 90)),
-    "mean_time_to_95": lambda r, ls: _nanmean(reduction_times(r, ls, 95)),
-    "median_time_to_95": lambda r, ls: _nanmedian(reduction_times(r, ls, 95)),
-    "reached_90": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 90)))),
-    "reached_95": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 95)))),
-    "median_completion": lambda r, ls: _nanmedian(completion_times(r)),
-    "mean_completion": lambda r, ls: _nanmean(completion_times(r)),
-    "makespan": lambda r, ls: makespan(r),
-    "decision_ms": lambda r, ls: _nanmean(np.asarray(r.decision_ms, dtype=np.float64)),
-    "jobs": lambda r, ls: float(len(r.jobs)),
-    "core_share_high": _mean_share(0),
-    "core_share_medium": _mean_share(1),
-    "core_share_low": _mean_share(2),
-    "total_utility": lambda r, ls: total_utility(r),
-    "max_rho": lambda r, ls: _nanmax(rhos(r)),
-    "mean_rho": lambda r, ls: _nanmean(rhos(r)),
-    "min_speedup": lambda r, ls: _nanmin(speedups(r, ls)),
-    "mean_speedup": lambda r, ls: _nanmean(speedups(r, ls)),
-    "p_mean_speedup": lambda r, ls: power_mean(speedups(r, ls)),
-}
-
-
-def summarize(run: RunData, l_star: Mapping[str, float],
-              metrics: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
-    """Every metric of ``metrics`` (default :data:`SUMMARY_METRICS`) for one run."""
-    table = SUMMARY_METRICS if metrics is None else metrics
-    run = observed(run)
-    out = {name: float(fn(run, l_star)) for name, fn in table.items()}
-    out.update(run.extra)
-    return out
-
-
 def comparison_window(runs: Iterable[RunData]) -> tuple[float, float] | None:
     """The common experiment window of runs compared together (None if none has a job).
 
@@ -626,27 +407,3 @@ def comparison_window(runs: Iterable[RunData]) -> tuple[float, float] | None:
         return None
     lo = min(s[0] for s in spans)
     return lo, max(lo, min(s[1] for s in spans))
-
-
-def summarize_runs(runs: Mapping[str, RunData], l_star: Mapping[str, float] | None = None,
-                   window: tuple[float, float] | None = None,
-                   metrics: Mapping[str, MetricFn] | None = None,
-                   ) -> tuple[dict[str, dict[str, float]], tuple[float, float] | None]:
-    """:func:`summarize` every run of a comparison, on the same L* and the same window.
-
-    ``l_star`` defaults to :func:`common_l_star` of the runs; ``window`` (of the average
-    normalized loss) to :func:`comparison_window` when there are two runs or more, else each
-    run's own. Returns the rows by label and the window used (None: each run's own).
-    """
-    ls = common_l_star(runs.values()) if l_star is None else l_star
-    if window is None and len(runs) > 1:
-        window = comparison_window(runs.values())
-    table = dict(SUMMARY_METRICS if metrics is None else metrics)
-    if window is not None and window[1] > window[0]:
-        for key, fn in (("avg_normalized_loss", average_normalized_loss),
-                        ("normalized_loss_job_s", normalized_loss_job_seconds),
-                        ("mean_active_jobs", mean_active_jobs)):
-            table[key] = partial(fn, window=window)
-    else:
-        window = None
-    return {label: summarize(run, ls, table) for label, run in runs.items()}, window

@@ -28,9 +28,8 @@ from slaq_mpi.evaluation import (  # noqa: E402
     core_share_by_loss_group,
     evaluation_grid,
     reduction_times,
-    rhos,
-    speedups,
 )
+from slaq_mpi.fairness import rhos, speedups  # noqa: E402
 
 __all__ = ["REDUCTION_PERCENTS", "write_plots"]
 

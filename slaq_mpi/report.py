@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import RunData, common_l_star, observed, summarize_runs
+from slaq_mpi.evaluation import RunData, common_l_star, observed
+from slaq_mpi.summary import summarize_runs
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
            "load_runs", "plots_dir", "window_line"]

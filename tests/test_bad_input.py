@@ -454,7 +454,8 @@ def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str],
 
 
 def test_an_output_dir_holding_the_runs_data_is_refused(tmp_path: Path) -> None:
-    from slaq_mpi.datasets import DatasetSpec, generate
+    from slaq_mpi.datasets import DatasetSpec
+    from slaq_mpi.generators import generate
 
     generate(DatasetSpec(generator="classification", params={"rows": 50, "features": 3}),
              tmp_path / "exp" / "train.h5", 1)

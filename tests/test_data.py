@@ -11,10 +11,11 @@ import pytest
 import scipy.sparse as sp
 
 from jobs import load_solver
-from slaq_mpi import datasets
+from slaq_mpi import generators
 from slaq_mpi.cli import main as slaq_main
-from slaq_mpi.datasets import DatasetSpec, check_file, generate, inspect, read_shard
+from slaq_mpi.datasets import DatasetSpec, check_file, inspect, read_shard
 from slaq_mpi.errors import DataError
+from slaq_mpi.generators import generate
 
 
 def _gen(tmp_path: Path, kind: str, name: str = "d.h5", **params) -> Path:
@@ -44,7 +45,7 @@ def test_documents_are_sparse_counts_and_shards_partition_them(tmp_path: Path) -
 
 def test_generation_is_chunked_and_deterministic(tmp_path: Path, monkeypatch) -> None:
     a = _gen(tmp_path, "classification", "a.h5", density=0.3)
-    monkeypatch.setattr(datasets, "CHUNK_ROWS", 64)  # many chunks; content depends on chunking
+    monkeypatch.setattr(generators, "CHUNK_ROWS", 64)  # many chunks; content depends on chunking
     b = _gen(tmp_path, "classification", "b.h5", density=0.3)
     c = _gen(tmp_path, "classification", "c.h5", density=0.3)
     xb, xc = read_shard(b, 0, 1), read_shard(c, 0, 1)
@@ -307,7 +308,7 @@ def test_make_and_the_yaml_accept_the_same_generator_params(tmp_path: Path, key:
     from slaq_mpi.datatools import make
     from slaq_mpi.errors import ConfigError
 
-    kind = next(g for g, (_, opts) in datasets.GENERATORS.items() if key in opts or key in
+    kind = next(g for g, (_, opts) in generators.GENERATORS.items() if key in opts or key in
                 ("rows", "features", "seed"))
     for value in values:
         params = {"rows": 4, "features": 3, key: value}

@@ -24,10 +24,9 @@ from slaq_mpi.evaluation import (
     normalized_loss_job_seconds,
     observed_end,
     reduction_times,
-    summarize,
-    summarize_runs,
     time_to_reduction,
 )
+from slaq_mpi.summary import summarize, summarize_runs
 
 
 def job(name: str, arrival: float, losses: list[float], times: list[float], end: float = math.nan,
@@ -205,7 +204,7 @@ def four_core_run(jobs: list[JobTrace], epoch: float = 4.0) -> RunData:
 
 
 def test_total_utility_counts_completion_times() -> None:
-    from slaq_mpi.evaluation import job_utility, total_utility
+    from slaq_mpi.fairness import job_utility, total_utility
 
     spec = {"value": 10.0, "deadline": 4.0, "decay": 2.0}
     late = timed_job("late", 0.0, 0.0, 5, utility=spec)  # done at 5: halfway down the decay
@@ -219,7 +218,7 @@ def test_total_utility_counts_completion_times() -> None:
 
 
 def test_rho_of_a_lone_job_is_one_and_of_queued_jobs_follows_contention() -> None:
-    from slaq_mpi.evaluation import rhos
+    from slaq_mpi.fairness import rhos
 
     assert rhos(four_core_run([timed_job("a", 0.0, 0.0, 10)])).tolist() == pytest.approx([1.0])
     # fifo: a runs [0, 10) on all 4 cores while b waits, then b runs [10, 20)
@@ -233,7 +232,7 @@ def test_rho_of_a_lone_job_is_one_and_of_queued_jobs_follows_contention() -> Non
 
 
 def test_speedups_against_the_equal_share() -> None:
-    from slaq_mpi.evaluation import speedups
+    from slaq_mpi.fairness import speedups
 
     alone = four_core_run([timed_job("a", 0.0, 0.0, 10)])
     assert speedups(alone, {"a": 0.0}).tolist() == pytest.approx([1.0])
@@ -250,7 +249,7 @@ def test_speedups_against_the_equal_share() -> None:
 
 
 def test_power_mean() -> None:
-    from slaq_mpi.evaluation import power_mean
+    from slaq_mpi.fairness import power_mean
 
     v = np.array([1.0, 4.0, np.nan])
     assert power_mean(v, -1.0) == pytest.approx(1.6)

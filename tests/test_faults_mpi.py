@@ -20,7 +20,8 @@ import yaml
 
 from jobs import SerialComm, load_solver
 from slaq_mpi.config import load
-from slaq_mpi.datasets import materialize, read_shard
+from slaq_mpi.datasets import read_shard
+from slaq_mpi.generators import materialize
 from tests.conftest import ROOT, run_slaq
 
 pytestmark = pytest.mark.mpi
@@ -102,7 +103,8 @@ def test_signal_stops_then_resume_finishes_exactly(tmp_path: Path, signum: int) 
 
 
 def test_resume_from_another_directory_reads_relative_paths_where_the_run_started(tmp_path: Path) -> None:
-    from slaq_mpi.datasets import DatasetSpec, generate
+    from slaq_mpi.datasets import DatasetSpec
+    from slaq_mpi.generators import generate
 
     proj, elsewhere = tmp_path / "proj", tmp_path / "else" / "where"
     (proj / "solvers").mkdir(parents=True)
@@ -133,7 +135,8 @@ def test_resume_from_another_directory_reads_relative_paths_where_the_run_starte
 def test_resume_refuses_a_data_file_that_changed_since_the_start(tmp_path: Path) -> None:
     import shutil
 
-    from slaq_mpi.datasets import DatasetSpec, generate
+    from slaq_mpi.datasets import DatasetSpec
+    from slaq_mpi.generators import generate
 
     data = tmp_path / "train.h5"
     spec = DatasetSpec(generator="classification", params={"rows": 8000, "features": 10})
@@ -230,7 +233,8 @@ def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> 
 
 
 def test_worker_error_outside_the_solver_ends_the_run_promptly(tmp_path: Path) -> None:
-    from slaq_mpi.datasets import DatasetSpec, generate
+    from slaq_mpi.datasets import DatasetSpec
+    from slaq_mpi.generators import generate
 
     data = tmp_path / "late.h5"
     generate(DatasetSpec(generator="classification", params={"rows": 2000, "features": 5}), data, 1)

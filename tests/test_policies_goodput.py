@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from slaq_mpi.evaluation import power_mean
+from slaq_mpi.fairness import power_mean
 from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.goodput import GoodputPolicy
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot

@@ -226,8 +226,8 @@ def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_real_and_simulated_runs_are_labelled_apart(sim_dir: Path, tmp_path: Path) -> None:
-    from slaq_mpi.evaluation import summarize_runs
     from slaq_mpi.report import format_comparison
+    from slaq_mpi.summary import summarize_runs
 
     real = read_metrics(sim_dir / "fair")
     real.mode = "run"  # stands in for a real run of the same config

@@ -19,7 +19,8 @@ import pytest
 
 from slaq_mpi import cli, slurm
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.slurm import SlurmError, SlurmSettings, render_sbatch, settings_from_mapping
+from slaq_mpi.slurm import SlurmError, render_sbatch
+from slaq_mpi.slurm_settings import SlurmSettings, parse_time, settings_for, settings_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -111,7 +112,7 @@ def test_settings_for_reads_the_spec_section(tmp_path: Path) -> None:
 
     cfg = _write_config(tmp_path, slurm={"time": "00:30:00", "partition": "debug"})
     spec = config.load(cfg)
-    s = slurm.settings_for(spec)
+    s = settings_for(spec)
     assert (s.time, s.partition, s.ntasks, s.job_name) == ("00:30:00", "debug", 4, "tiny")
 
 
@@ -120,13 +121,13 @@ def test_settings_for_reads_the_spec_section(tmp_path: Path) -> None:
     ("1-00:00:05", 86405), ("UNLIMITED", float("inf")),
 ])
 def test_parse_time(text: str, seconds: float) -> None:
-    assert slurm.parse_time(text) == seconds
+    assert parse_time(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "1:2:3:4", "a", "1-", "-5", "1-2:3:4:5", "1h"])
 def test_parse_time_rejects(text: str) -> None:
     with pytest.raises(ValueError):
-        slurm.parse_time(text)
+        parse_time(text)
 
 
 @pytest.mark.parametrize("raw, where", [

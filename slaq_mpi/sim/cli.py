@@ -65,11 +65,11 @@ def _check_out(out: str | None) -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
     from slaq_mpi import config, rundir
-    from slaq_mpi.evaluation import summarize_runs
     from slaq_mpi.report import format_table, window_line
     from slaq_mpi.sim.curves import CurveLibrary
     from slaq_mpi.sim.run import run_policies
     from slaq_mpi.sim.settings import check_policy_name, parse_settings
+    from slaq_mpi.summary import summarize_runs
 
     _check_out(args.out)
     spec = config.load(args.config, check_files=False)

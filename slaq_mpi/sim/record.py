@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from jobs import ALGORITHMS, SerialComm, Shard, load_solver
-from slaq_mpi.datasets import GENERATORS
+from slaq_mpi.generators import GENERATORS
 from slaq_mpi.sim.curves import Curve, CurveLibrary
 
 __all__ = ["RECIPES", "ITERATION_CAPS", "KIND_RECIPES", "record_curve", "record_curves",

@@ -1,0 +1,296 @@
+"""The ``slurm:`` section of the experiment YAML, validated into :class:`SlurmSettings`.
+
+:func:`settings_from_mapping` / :func:`settings_for` fill in the defaults and raise
+:class:`~slaq_mpi.errors.ConfigError` naming the key, the bad value and what is allowed;
+``docs/slurm.md`` documents every key. :mod:`slaq_mpi.slurm` renders the batch script from them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from slaq_mpi.errors import ConfigError
+
+__all__ = ["LAUNCHERS", "SlurmSettings", "parse_time", "settings_for", "settings_from_mapping"]
+
+LAUNCHERS = ("srun", "mpiexec")
+"""How the batch script starts the MPI ranks."""
+
+_DEFAULT_LEAD = 120
+_MAX_LEAD = 65535  # Slurm keeps the --signal lead time in 16 bits
+_WORD = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+_WORD_LIST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(,[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
+_PLUGIN = re.compile(r"^[a-z0-9_]+$")
+_TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
+
+# #SBATCH options that the ``slurm:`` section sets through its own keys, with the key to use.
+_MANAGED_OPTIONS = {
+    "--nodes": "nodes", "-N": "nodes",
+    "--ntasks": "ntasks", "-n": "ntasks",
+    "--time": "time", "-t": "time",
+    "--partition": "partition", "-p": "partition",
+    "--account": "account", "-A": "account",
+    "--qos": "qos", "-q": "qos",
+    "--job-name": "job_name", "-J": "job_name",
+    "--output": "output", "-o": "output",
+    "--error": "error", "-e": "error",
+    "--chdir": "chdir", "-D": "chdir",
+    "--signal": "signal_lead",
+    "--requeue": "requeue", "--no-requeue": "requeue",
+    "--open-mode": "(always append, so the log keeps every restart)",
+}
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """One allocation: what the ``slurm:`` section of the YAML asks for, with defaults filled in.
+
+    ``ntasks`` is the number of MPI ranks (one per core; rank 0 coordinates, the rest train).
+    ``signal_lead`` is how many seconds before the time limit Slurm sends SIGUSR1 to the batch
+    shell; ``max_restarts`` caps how often the job requeues itself after a graceful stop.
+    """
+
+    job_name: str = "slaq"
+    nodes: int = 1
+    ntasks: int = 8
+    time: str = "01:00:00"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    launcher: str = "srun"
+    mpi: str = "pmi2"
+    mpiexec: str = "mpiexec"
+    launcher_args: tuple[str, ...] = ()
+    signal_lead: int = _DEFAULT_LEAD
+    requeue: bool = True
+    max_restarts: int = 10
+    output: str = "slaq-%x-%j.out"
+    error: str | None = None
+    chdir: str | None = None
+    python: str | None = None
+    setup: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+
+
+_KEYS = {f.name for f in fields(SlurmSettings)} | {"cores"}
+
+
+# --- validation ----------------------------------------------------------------------------
+
+def parse_time(value: str) -> float:
+    """Seconds in a Slurm ``--time`` value (``math.inf`` for UNLIMITED); ValueError if malformed."""
+    text = value.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return math.inf
+    days = 0
+    if "-" in text:
+        day_part, text = text.split("-", 1)
+        if not day_part.isdigit():
+            raise ValueError(value)
+        days = int(day_part)
+        parts = text.split(":")
+        if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(value)
+        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
+    else:
+        parts = text.split(":")
+        if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(value)
+        nums = [int(p) for p in parts]
+        if len(nums) == 1:
+            h, m, s = 0, nums[0], 0
+        elif len(nums) == 2:
+            h, m, s = 0, nums[0], nums[1]
+        else:
+            h, m, s = nums
+    return float(((days * 24 + h) * 60 + m) * 60 + s)
+
+
+def settings_for(spec: Any) -> SlurmSettings:
+    """Validated settings for an :class:`~slaq_mpi.config.ExperimentSpec` (its ``slurm:`` section,
+    its ``ranks`` and ``epoch_seconds``, its ``name`` as the default job name)."""
+    return settings_from_mapping(spec.slurm, ranks=spec.ranks, epoch_seconds=spec.epoch_seconds,
+                                 name=spec.name)
+
+
+def settings_from_mapping(raw: Mapping[str, Any] | None, *, ranks: int = 8,
+                          epoch_seconds: float = 2.0, name: str = "slaq") -> SlurmSettings:
+    """Validate a ``slurm:`` mapping; raises ConfigError naming ``slurm.KEY``, the value and
+    what is allowed. ``ranks`` and ``epoch_seconds`` come from the experiment."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, Mapping):
+        raise ConfigError("slurm", raw, "must be a mapping of key: value")
+    for key in raw:
+        if key not in _KEYS:
+            raise ConfigError(f"slurm.{key}", "(unknown key)", f"allowed keys: {', '.join(sorted(_KEYS))}")
+    out: dict[str, Any] = {"job_name": name, "nodes": 1, "ntasks": ranks}
+    if "job_name" in raw:
+        out["job_name"] = _word(raw["job_name"], "job_name")
+    if "nodes" in raw:
+        out["nodes"] = _int(raw["nodes"], "nodes", 1)
+    out["ntasks"] = _ntasks(raw, ranks)
+    if out["ntasks"] < out["nodes"]:
+        raise ConfigError("slurm.nodes", out["nodes"], f"must be at most ntasks ({out['ntasks']})")
+    seconds = math.inf
+    if "time" in raw:
+        out["time"], seconds = _time(raw["time"])
+    else:
+        seconds = parse_time(SlurmSettings.time)
+    for key in ("partition", "account", "qos"):
+        if raw.get(key) is not None:
+            out[key] = _word(raw[key], key, lists=key == "partition")
+    out.update(_launcher(raw))
+    out["signal_lead"] = _lead(raw, seconds, epoch_seconds)
+    if "requeue" in raw:
+        if not isinstance(raw["requeue"], bool):
+            raise ConfigError("slurm.requeue", raw["requeue"], "must be true or false")
+        out["requeue"] = raw["requeue"]
+    if "max_restarts" in raw:
+        out["max_restarts"] = _int(raw["max_restarts"], "max_restarts", 0)
+    for key in ("output", "error", "chdir"):
+        if raw.get(key) is not None:
+            out[key] = _path(raw[key], key)
+    if "python" in raw:
+        out["python"] = _path(raw["python"], "python")
+    if "setup" in raw:
+        out["setup"] = _lines(raw["setup"], "setup")
+    if "extra" in raw:
+        out["extra"] = _extra(raw["extra"])
+    return SlurmSettings(**out)
+
+
+def _int(val: Any, key: str, lo: int) -> int:
+    if isinstance(val, bool) or not isinstance(val, int) or val < lo:
+        raise ConfigError(f"slurm.{key}", val, f"must be an integer >= {lo}")
+    return int(val)
+
+
+def _word(val: Any, key: str, lists: bool = False) -> str:
+    pattern = _WORD_LIST if lists else _WORD
+    if not isinstance(val, str) or not pattern.match(val):
+        what = "comma-separated names" if lists else "a name"
+        raise ConfigError(f"slurm.{key}", val, f"must be {what} of letters, digits, '_', '.', '+', '-'")
+    return val
+
+
+def _path(val: Any, key: str) -> str:
+    if not isinstance(val, str) or not val or any(c.isspace() for c in val):
+        raise ConfigError(f"slurm.{key}", val, "must be a non-empty path without spaces or newlines")
+    return os.path.expanduser(val)  # ~ is the submitter's home: Slurm and quoting would not expand it
+
+
+def _ntasks(raw: Mapping[str, Any], ranks: int) -> int:
+    given = [(k, _int(raw[k], k, 2)) for k in ("ntasks", "cores") if k in raw]
+    if len(given) == 2 and given[0][1] != given[1][1]:
+        raise ConfigError("slurm.cores", given[1][1],
+                          f"cores is another name for ntasks ({given[0][1]}); give one of them")
+    if not given:
+        return ranks
+    key, value = given[0]
+    if value < ranks:
+        raise ConfigError(f"slurm.{key}", value,
+                          f"must be at least the experiment's ranks ({ranks}): one MPI rank per task")
+    return value
+
+
+def _time(val: Any) -> tuple[str, float]:
+    if isinstance(val, int) and not isinstance(val, bool):
+        raise ConfigError("slurm.time", val, "must be a quoted string such as \"04:00:00\" or \"90\" "
+                          "(YAML reads unquoted 1:30 or 1:00:00 as a base-60 number)")
+    if isinstance(val, str):
+        try:
+            seconds = parse_time(val)
+        except ValueError:
+            seconds = 0.0
+        if seconds > 0:
+            return val.strip(), seconds
+    raise ConfigError("slurm.time", val, f"must be a positive Slurm time limit: {_TIME_FORMS}")
+
+
+def _launcher(raw: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    launcher = raw.get("launcher", "srun")
+    if launcher not in LAUNCHERS:
+        raise ConfigError("slurm.launcher", launcher, f"allowed: {', '.join(LAUNCHERS)}")
+    out["launcher"] = launcher
+    if "mpi" in raw:
+        mpi = raw["mpi"]
+        if launcher != "srun":
+            raise ConfigError("slurm.mpi", mpi, "only applies to launcher: srun (mpiexec finds its own "
+                              "process manager)")
+        if not isinstance(mpi, str) or not _PLUGIN.match(mpi):
+            raise ConfigError("slurm.mpi", mpi, "must be an srun MPI plugin name, as `srun --mpi=list` "
+                              "shows (pmi2, pmix, cray_shasta, ...)")
+        if mpi == "none":
+            raise ConfigError("slurm.mpi", mpi, "srun --mpi=none starts N separate copies of rank 0; use "
+                              "pmi2, pmix (if your MPI is built for it) or launcher: mpiexec")
+        out["mpi"] = mpi
+    if "mpiexec" in raw:
+        if launcher != "mpiexec":
+            raise ConfigError("slurm.mpiexec", raw["mpiexec"], "only applies to launcher: mpiexec")
+        out["mpiexec"] = _path(raw["mpiexec"], "mpiexec")
+    if "launcher_args" in raw:
+        args = raw["launcher_args"]
+        if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
+            raise ConfigError("slurm.launcher_args", args,
+                              f"must be a list of extra arguments for {launcher}, e.g. [--cpu-bind=cores]")
+        out["launcher_args"] = tuple(args)
+    return out
+
+
+def _lead(raw: Mapping[str, Any], limit: float, epoch_seconds: float) -> int:
+    if "signal_lead" not in raw:
+        lead = max(_DEFAULT_LEAD, math.ceil(3 * epoch_seconds))
+        if lead >= limit:
+            raise ConfigError("slurm.time", raw.get("time", SlurmSettings.time),
+                              f"leaves no room for the default warning {lead} s before the limit; "
+                              "give a longer time or a smaller slurm.signal_lead")
+        return lead
+    lead = raw["signal_lead"]
+    if isinstance(lead, bool) or not isinstance(lead, int) or not 1 <= lead <= _MAX_LEAD:
+        raise ConfigError("slurm.signal_lead", lead, f"must be whole seconds from 1 to {_MAX_LEAD}")
+    if lead <= epoch_seconds:
+        raise ConfigError("slurm.signal_lead", lead, f"must exceed one epoch ({epoch_seconds:g} s): the "
+                          "stop finishes the current epoch and checkpoints before the limit")
+    if lead >= limit:
+        raise ConfigError("slurm.signal_lead", lead, f"must be less than the time limit ({limit:g} s)")
+    return lead
+
+
+def _lines(val: Any, key: str) -> tuple[str, ...]:
+    if isinstance(val, str):
+        val = val.splitlines()
+    if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
+        raise ConfigError(f"slurm.{key}", val, "must be a list of shell lines, e.g. "
+                          "['module load openmpi', 'source ~/venvs/slaq/bin/activate']")
+    if any("\n" in v for v in val):
+        raise ConfigError(f"slurm.{key}", val, "each item must be one line")
+    return tuple(v.rstrip() for v in val if v.strip())
+
+
+def _extra(val: Any) -> tuple[str, ...]:
+    if not isinstance(val, list):
+        raise ConfigError("slurm.extra", val, "must be a list of sbatch options, e.g. ['--mem=8G']")
+    out = []
+    for i, item in enumerate(val):
+        where = f"slurm.extra[{i}]"
+        if not isinstance(item, str) or "\n" in item:
+            raise ConfigError(where, item, "must be one sbatch option as a string, e.g. '--mem=8G'")
+        text = item.strip()
+        if text.startswith("#SBATCH"):
+            text = text[len("#SBATCH"):].strip()
+        if not text.startswith("-"):
+            raise ConfigError(where, item, "must be an sbatch option starting with '-', e.g. '--mem=8G'")
+        option = re.split(r"[=\s]", text, maxsplit=1)[0]
+        if option in _MANAGED_OPTIONS or (len(option) > 2 and option[:2] in _MANAGED_OPTIONS
+                                          and not option.startswith("--")):
+            key = _MANAGED_OPTIONS.get(option, _MANAGED_OPTIONS.get(option[:2], ""))
+            hint = f"set it with slurm.{key}" if not key.startswith("(") else f"slaq sets it {key}"
+            raise ConfigError(where, item, hint)
+        out.append(text)
+    return tuple(out)

@@ -1,0 +1,124 @@
+"""The table of a run's scalar metrics, and its rows for one run or a comparison of runs.
+
+``SUMMARY_METRICS`` maps a metric's name to a function of ``(run, l_star)``; other modules add
+entries to it. :func:`summarize_runs` evaluates runs compared together on the same L* per job
+and the same window (:func:`~slaq_mpi.evaluation.comparison_window`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from functools import partial
+
+import numpy as np
+
+from slaq_mpi.evaluation import (
+    RunData,
+    average_normalized_loss,
+    common_l_star,
+    comparison_window,
+    completion_times,
+    core_share_by_loss_group,
+    makespan,
+    mean_active_jobs,
+    normalized_loss_job_seconds,
+    observed,
+    reduction_times,
+)
+from slaq_mpi.fairness import power_mean, rhos, speedups, total_utility
+
+__all__ = ["SUMMARY_METRICS", "MetricFn", "summarize", "summarize_runs"]
+
+
+def _nanmean(a: np.ndarray) -> float:
+    a = a[~np.isnan(a)]
+    return float(a.mean()) if len(a) else math.nan
+
+
+def _nanmedian(a: np.ndarray) -> float:
+    a = a[~np.isnan(a)]
+    return float(np.median(a)) if len(a) else math.nan
+
+
+MetricFn = Callable[[RunData, Mapping[str, float]], float]
+
+
+def _mean_share(group: int) -> MetricFn:
+    def share(run: RunData, l_star: Mapping[str, float]) -> float:
+        _, shares = core_share_by_loss_group(run, l_star)
+        col = shares[:, group] if len(shares) else np.zeros(0)
+        return _nanmean(col)
+
+    return share
+
+def _nanmax(a: np.ndarray) -> float:
+    a = a[~np.isnan(a)]
+    return float(a.max()) if len(a) else math.nan
+
+
+def _nanmin(a: np.ndarray) -> float:
+    a = a[~np.isnan(a)]
+    return float(a.min()) if len(a) else math.nan
+
+
+#: Scalar metrics of a run, in report order: name -> f(run, l_star). Extend by adding entries.
+SUMMARY_METRICS: dict[str, MetricFn] = {
+    "avg_normalized_loss": average_normalized_loss,
+    "normalized_loss_job_s": normalized_loss_job_seconds,
+    "mean_active_jobs": mean_active_jobs,
+    "mean_time_to_90": lambda r, ls: _nanmean(reduction_times(r, ls, 90)),
+    "median_time_to_90": lambda r, ls: _nanmedian(reduction_times(r, ls, 90)),
+    "mean_time_to_95": lambda r, ls: _nanmean(reduction_times(r, ls, 95)),
+    "median_time_to_95": lambda r, ls: _nanmedian(reduction_times(r, ls, 95)),
+    "reached_90": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 90)))),
+    "reached_95": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 95)))),
+    "median_completion": lambda r, ls: _nanmedian(completion_times(r)),
+    "mean_completion": lambda r, ls: _nanmean(completion_times(r)),
+    "makespan": lambda r, ls: makespan(r),
+    "decision_ms": lambda r, ls: _nanmean(np.asarray(r.decision_ms, dtype=np.float64)),
+    "jobs": lambda r, ls: float(len(r.jobs)),
+    "core_share_high": _mean_share(0),
+    "core_share_medium": _mean_share(1),
+    "core_share_low": _mean_share(2),
+    "total_utility": lambda r, ls: total_utility(r),
+    "max_rho": lambda r, ls: _nanmax(rhos(r)),
+    "mean_rho": lambda r, ls: _nanmean(rhos(r)),
+    "min_speedup": lambda r, ls: _nanmin(speedups(r, ls)),
+    "mean_speedup": lambda r, ls: _nanmean(speedups(r, ls)),
+    "p_mean_speedup": lambda r, ls: power_mean(speedups(r, ls)),
+}
+
+
+def summarize(run: RunData, l_star: Mapping[str, float],
+              metrics: Mapping[str, MetricFn] | None = None) -> dict[str, float]:
+    """Every metric of ``metrics`` (default :data:`SUMMARY_METRICS`) for one run."""
+    table = SUMMARY_METRICS if metrics is None else metrics
+    run = observed(run)
+    out = {name: float(fn(run, l_star)) for name, fn in table.items()}
+    out.update(run.extra)
+    return out
+
+
+def summarize_runs(runs: Mapping[str, RunData], l_star: Mapping[str, float] | None = None,
+                   window: tuple[float, float] | None = None,
+                   metrics: Mapping[str, MetricFn] | None = None,
+                   ) -> tuple[dict[str, dict[str, float]], tuple[float, float] | None]:
+    """:func:`summarize` every run of a comparison, on the same L* and the same window.
+
+    ``l_star`` defaults to :func:`common_l_star` of the runs; ``window`` (of the average
+    normalized loss) to :func:`comparison_window` when there are two runs or more, else each
+    run's own. Returns the rows by label and the window used (None: each run's own).
+    """
+    ls = common_l_star(runs.values()) if l_star is None else l_star
+    if window is None and len(runs) > 1:
+        window = comparison_window(runs.values())
+    table = dict(SUMMARY_METRICS if metrics is None else metrics)
+    if window is not None and window[1] > window[0]:
+        for key, fn in (("avg_normalized_loss", average_normalized_loss),
+                        ("normalized_loss_job_s", normalized_loss_job_seconds),
+                        ("mean_active_jobs", mean_active_jobs)):
+            table[key] = partial(fn, window=window)
+    else:
+        window = None
+    return {label: summarize(run, ls, table) for label, run in runs.items()}, window
