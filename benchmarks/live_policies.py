@@ -44,12 +44,10 @@ def main() -> None:
                 tail = proc.stdout[-2000:] + proc.stderr[-2000:]
                 sys.exit(f"policy {name} failed ({proc.returncode}):\n{tail}")
             runs.append(str(Path(tmp) / name))
-        table = subprocess.run([sys.executable, "-m", "slaq_mpi", "report", *runs, "--no-plots"],
-                               capture_output=True, text=True, check=True)
-        print(table.stdout, file=sys.stderr)
         report = subprocess.run([sys.executable, "-m", "slaq_mpi", "report", *runs, "--no-plots", "--json"],
                                 capture_output=True, text=True, check=True)
-    result = {"policies": json.loads(report.stdout.strip().splitlines()[-1])["runs"]}
+        print(report.stderr, file=sys.stderr)  # the table (with --json, stdout is the JSON alone)
+    result = {"policies": json.loads(report.stdout)["runs"]}
     result["config"] = str(args.config)
     print(json.dumps(result))
 

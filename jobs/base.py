@@ -135,6 +135,8 @@ class Solver(ABC):
         needs_labels: whether the dataset must carry ``y``.
         class_count: the hyperparameter that, when above 0, is the number of classes: the
             labels must be below it (``slaq validate`` checks it against the data).
+        feature_kind: ``"counts"`` if every feature value must be >= 0 (word counts), else
+            ``""`` (any finite number); ``slaq validate`` checks the data.
     """
 
     convergence: ClassVar[str] = "sublinear"
@@ -143,6 +145,7 @@ class Solver(ABC):
     row_limited: ClassVar[tuple[str, ...]] = ()
     needs_labels: ClassVar[bool] = True
     class_count: ClassVar[str] = ""
+    feature_kind: ClassVar[str] = ""
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
         self.comm = comm

@@ -32,6 +32,7 @@ class LDA(Solver):
     }
     needs_labels: ClassVar[bool] = False
     dataset_kind: ClassVar[str] = "documents"
+    feature_kind: ClassVar[str] = "counts"
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
         super().__init__(comm, shard, params, seed)

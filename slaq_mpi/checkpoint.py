@@ -2,7 +2,7 @@
 
 Layout: ``RUN_DIR/checkpoints/<job>/<iteration:08d>.h5`` holding one dataset per state array
 under ``/state``, and attributes ``job``, ``iteration``, ``last_loss``, ``checksum`` (SHA-256
-over the arrays' names and bytes). A file is written to a temporary name, fsynced, then
+over the arrays' names, dtypes, shapes and bytes). A file is written to a temporary name, fsynced, then
 renamed, so a reader never sees half a checkpoint. The newest ``KEEP`` files are kept; a
 corrupt or truncated newest file is skipped in favour of the previous good one.
 """

@@ -43,7 +43,7 @@ _JOB_KEYS = {
 @dataclass(frozen=True)
 class StopRule:
     """When a job is done: after ``max_iterations``, or once the relative loss change
-    |L[k-1] - L[k]| / |L[k-1]| falls below ``tolerance`` (whichever comes first)."""
+    |L[k-1] - L[k]| / |L[k-1]| is at or below ``tolerance`` (whichever comes first)."""
 
     max_iterations: int | None = 200
     tolerance: float | None = None
@@ -403,7 +403,7 @@ def _req(raw: Mapping[str, Any], key: str, where: str) -> Any:
 
 
 def _name(val: Any, where: str) -> str:
-    if not isinstance(val, str) or not _NAME.match(val):
+    if not isinstance(val, str) or not _NAME.fullmatch(val):
         raise ConfigError(where, val, "must be 1-64 characters of letters, digits, '_', '.', '-'")
     return val
 

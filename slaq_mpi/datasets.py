@@ -191,7 +191,8 @@ def check_file(path: str | Path, solver: Any) -> DatasetInfo:
     Scans the file in row chunks (never whole): shapes, CSR structure, non-finite values in
     ``X`` or ``y``, and labels the solver does not accept. A solver declares its labels with
     the class attribute ``label_kind``: ``"binary"`` (0 or 1), ``"classes"`` (integers >= 0),
-    ``"real"`` (any finite number); without one, labels are only checked to be finite.
+    ``"real"`` (any finite number); without one, labels are only checked to be finite. With
+    ``feature_kind = "counts"`` every value of ``X`` must also be >= 0.
 
     Raises:
         DataError: naming the file and, where one is at fault, the first bad row.
@@ -201,10 +202,11 @@ def check_file(path: str | Path, solver: Any) -> DatasetInfo:
         raise DataError(f"{path}: this algorithm needs labels, and the file has no 'y'")
     try:
         with h5py.File(path, "r") as f:
+            counts = getattr(solver, "feature_kind", "") == "counts"
             if info.sparse:
-                _scan_csr(path, f["X"], info)
+                _scan_csr(path, f["X"], info, counts)
             else:
-                _scan_dense(path, f["X"], info)
+                _scan_dense(path, f["X"], info, counts)
             if info.has_labels:
                 top = _scan_labels(path, f["y"], getattr(solver, "label_kind", None))
                 info = replace(info, top_label=top)
@@ -228,19 +230,24 @@ def _read(path: str | Path, name: str, ds: h5py.Dataset, lo: int, hi: int) -> np
                         f"{lo}..{hi - 1} failed ({exc})") from None
 
 
-def _scan_dense(path: str | Path, X: h5py.Dataset, info: DatasetInfo) -> None:
+_COUNTS_RULE = "values must be counts >= 0 for this algorithm"
+
+
+def _scan_dense(path: str | Path, X: h5py.Dataset, info: DatasetInfo, counts: bool) -> None:
     _numeric(path, "X", X)
     step = max(1, CHUNK_ROWS * 64 // info.features)
     for lo in range(0, info.rows, step):
         block = _read(path, "X rows", X, lo, min(lo + step, info.rows))
-        bad = ~np.isfinite(block)
+        finite = np.isfinite(block)
+        bad = ~finite | (counts & (np.where(finite, block, 0.0) < 0))
         if bad.any():
             r, c = np.argwhere(bad)[0]
+            why = "values must be finite" if not finite[r, c] else _COUNTS_RULE
             raise DataError(f"{path}: row {lo + int(r)}: X[{lo + int(r)}, {int(c)}] is "
-                            f"{block[r, c]}; values must be finite")
+                            f"{block[r, c]}; {why}")
 
 
-def _scan_csr(path: str | Path, X: h5py.Group, info: DatasetInfo) -> None:
+def _scan_csr(path: str | Path, X: h5py.Group, info: DatasetInfo, counts: bool) -> None:
     data, indices, indptr = X["data"], X["indices"], X["indptr"]
     for name, ds in (("X/data", data), ("X/indices", indices), ("X/indptr", indptr)):
         _numeric(path, name, ds)
@@ -267,13 +274,14 @@ def _scan_csr(path: str | Path, X: h5py.Group, info: DatasetInfo) -> None:
         hi = min(lo + step, data.shape[0])
         vals = _read(path, "X/data", data, lo, hi)
         cols = _read(path, "X/indices", indices, lo, hi)
-        bad_val = ~np.isfinite(vals)
+        finite = np.isfinite(vals)
+        bad_val = ~finite | (counts & (np.where(finite, vals, 0.0) < 0))
         bad_col = (cols < 0) | (cols >= info.features)
         if bad_val.any() or bad_col.any():
             i = int(np.flatnonzero(bad_val | bad_col)[0])
             row = int(np.searchsorted(indptr[:], lo + i, side="right")) - 1
-            what = (f"value {vals[i]}; values must be finite" if bad_val[i]
-                    else f"column index {cols[i]}; allowed 0..{info.features - 1}")
+            what = (f"value {vals[i]}; {'values must be finite' if not finite[i] else _COUNTS_RULE}"
+                    if bad_val[i] else f"column index {cols[i]}; allowed 0..{info.features - 1}")
             raise DataError(f"{path}: row {row}: X has {what}")
 
 

@@ -1,7 +1,7 @@
 """The paper's evaluation metrics as pure functions of a run's traces.
 
 A run (real or simulated) is a :class:`RunData`: per job the loss of every iteration and the
-time it ended, plus the allocation of every epoch. The metrics follow DESIGN.md "Evaluation":
+time it ended, plus the allocation of every epoch. The metrics (docs/simulation.md, "Metrics"):
 
 * normalized loss of a job at time t: ``(L(t) - L*) / (L_0 - L*)``; it is 1.0 from the job's
   arrival until its first iteration has been reported, then the normalized loss of the latest

@@ -160,8 +160,10 @@ def generator_top_label(generator: str, params: Mapping[str, Any]) -> float | No
 
 
 def generator_label_problem(generator: str, params: Mapping[str, Any], solver: Any) -> str | None:
-    """Why ``solver`` cannot use the labels ``generator`` writes (None if it can): the same
-    rules ``check_file`` applies to a data file's labels."""
+    """Why ``solver`` cannot use the data ``generator`` writes (None if it can): the same
+    rules ``check_file`` applies to a data file's labels and counts."""
+    if getattr(solver, "feature_kind", "") == "counts" and generator != "documents":
+        return "it writes real-valued features (some negative); this algorithm needs counts >= 0"
     centers = int(params.get("centers", 8))
     writes = {"classification": "binary", "regression": "real",
               "blobs": "binary" if centers <= 2 else "classes"}.get(generator)

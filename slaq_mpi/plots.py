@@ -49,7 +49,7 @@ def _window(runs: Mapping[str, RunData]) -> tuple[float, float]:
 
 def write_plots(runs: Mapping[str, RunData], l_star: Mapping[str, float],
                 out: str | Path) -> dict[Path, int]:
-    """Write the three figures into ``out``; returns each file with its number of series."""
+    """Write the four figures into ``out``; returns each file with its number of series."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[Path, int] = {}

@@ -13,7 +13,8 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,8 @@ def plots_dir(run_dirs: Sequence[str | Path]) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the table and write the PNG figures."""
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
+    say = partial(print, file=out)
     runs = load_runs(args.run_dirs)
     chosen = _window(args.window)
     if args.out:
@@ -206,19 +209,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     if alike:
         l_star = common_l_star(runs.values())
         rows, window = summarize_runs(runs, l_star, chosen)
-        print(window_line(window, bool(args.window)))
+        say(window_line(window, bool(args.window)))
     else:  # nothing in common to compare: each run on its own L* and window
         rows = {label: summarize_runs({label: run}, None, chosen)[0][label] for label, run in runs.items()}
-        print("note: these runs are not of one workload (their jobs differ): each is measured on "
+        say("note: these runs are not of one workload (their jobs differ): each is measured on "
               "its own L* and window, and they are not compared")
-        print(window_line(chosen, bool(args.window)))
-    print(format_table(rows, compare=alike))
+        say(window_line(chosen, bool(args.window)))
+    say(format_table(rows, compare=alike))
     if not args.no_plots and alike:
-        _plots(runs, l_star, Path(args.out) if args.out else plots_dir(args.run_dirs))
+        _plots(runs, l_star, Path(args.out) if args.out else plots_dir(args.run_dirs), say)
     elif not args.no_plots:
-        print("plots skipped: runs of different workloads do not share figures; report each "
+        say("plots skipped: runs of different workloads do not share figures; report each "
               "workload's runs on their own")
-    if args.json:  # last, so `tail -1` is the JSON
+    if args.json:
         print(json.dumps({"runs": {k: {m: (v if math.isfinite(v) else None) for m, v in r.items()}
                                    for k, r in rows.items()}}))
     return 0
@@ -235,14 +238,15 @@ def check_plots_dir(out: Path) -> None:
         raise ConfigError("--out", str(out), f"cannot be written: {base} is not a writable directory")
 
 
-def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path) -> None:
+def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path,
+           say: Callable[[str], None]) -> None:
     try:
         from slaq_mpi.plots import write_plots
     except ImportError:
-        print("plots skipped: matplotlib is not installed (pip install 'slaq-mpi[plot]')")
+        say("plots skipped: matplotlib is not installed (pip install 'slaq-mpi[plot]')")
         return
     for path in write_plots(runs, l_star, out):
-        print(f"wrote {path}")
+        say(f"wrote {path}")
 
 
 def add_cli(subparsers: Any) -> None:
@@ -255,7 +259,8 @@ def add_cli(subparsers: Any) -> None:
                    help="where to write the PNGs (default: the RUN_DIR; for several, the "
                         "directory they all sit in, else the first)")
     p.add_argument("--no-plots", action="store_true", help="print the table only")
-    p.add_argument("--json", action="store_true", help="also print the metrics as one JSON line")
+    p.add_argument("--json", action="store_true",
+                   help="print the metrics as one JSON line on stdout (the table and notes go to stderr)")
     p.add_argument("--window", metavar="START:END",
                    help="average the normalized loss over this time window "
                         "(default: the common window of the runs; the paper used 800 s)")

@@ -73,8 +73,7 @@ def _holder(lock: Path) -> str | None:
 def check_fresh(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) -> None:
     """Refuse ``path`` as the directory of a fresh run, which first moves whatever ``path``
     holds aside (:func:`move_aside`): it must not be inside the directory of a running slaq
-    run, nor hold one, nor hold any of ``inputs`` (the config, data and solver files the run
-    reads).
+    run, nor hold one, nor hold any of ``inputs`` (the data and solver files the run reads).
 
     Raises:
         ConfigError: naming ``key`` and what is in the way.

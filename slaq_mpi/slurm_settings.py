@@ -172,7 +172,7 @@ def _int(val: Any, key: str, lo: int) -> int:
 
 def _word(val: Any, key: str, lists: bool = False) -> str:
     pattern = _WORD_LIST if lists else _WORD
-    if not isinstance(val, str) or not pattern.match(val):
+    if not isinstance(val, str) or not pattern.fullmatch(val):
         what = "comma-separated names" if lists else "a name"
         raise ConfigError(f"slurm.{key}", val, f"must be {what} of letters, digits, '_', '.', '+', '-'")
     return val
@@ -223,7 +223,7 @@ def _launcher(raw: Mapping[str, Any]) -> dict[str, Any]:
         if launcher != "srun":
             raise ConfigError("slurm.mpi", mpi, "only applies to launcher: srun (mpiexec finds its own "
                               "process manager)")
-        if not isinstance(mpi, str) or not _PLUGIN.match(mpi):
+        if not isinstance(mpi, str) or not _PLUGIN.fullmatch(mpi):
             raise ConfigError("slurm.mpi", mpi, "must be an srun MPI plugin name, as `srun --mpi=list` "
                               "shows (pmi2, pmix, cray_shasta, ...)")
         if mpi == "none":

@@ -18,7 +18,8 @@ class JobSnapshot:
     Attributes:
         job_id: unique job name.
         losses: global loss of every iteration run so far, in order (may be empty).
-        throughput: observed ``(cores, seconds_per_iteration)`` pairs, one per epoch run.
+        throughput: observed ``(cores, seconds_per_iteration)`` pairs, one per epoch run (after a
+            resume, one per core count for the epochs before it).
         cores: cores the job holds now (0 if waiting).
         max_cores: the most cores the job can use.
         convergence: declared convergence class, one of ``CONVERGENCE_CLASSES``.

@@ -96,6 +96,22 @@ def test_inf_label_and_out_of_range_labels(tmp_path: Path) -> None:
         check_file(path, load_solver("linreg"))
 
 
+def test_lda_refuses_negative_counts_dense_and_sparse(tmp_path: Path) -> None:
+    X = np.ones((40, 5))
+    X[23, 4] = -1.0
+    dense = _dense(tmp_path, X, name="neg.h5")
+    with pytest.raises(DataError, match=r"neg\.h5: row 23: X\[23, 4\] is -1\.0; values must be counts >= 0"):
+        check_file(dense, load_solver("lda"))
+    check_file(dense, load_solver("kmeans"))  # negative values are fine for other algorithms
+    path = _gen(tmp_path, "documents")
+    with h5py.File(path, "r+") as f:
+        data, ptr = f["X/data"][:], f["X/indptr"][:]
+        data[ptr[77]] = -2.0
+        f["X/data"][:] = data
+    with pytest.raises(DataError, match=r"row 77: X has value -2\.0; values must be counts >= 0"):
+        check_file(path, load_solver("lda"))
+
+
 def test_wrong_shapes(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"y has shape \(49,\); X has 50 rows"):
         check_file(_dense(tmp_path, np.zeros((50, 3)), np.zeros(49)), load_solver("linreg"))

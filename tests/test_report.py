@@ -61,13 +61,15 @@ def test_metrics_roundtrip(tmp_path: Path) -> None:
 def test_table_and_json(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = parse(["report", str(sim_dir), "--no-plots", "--json"])
     assert args.func(args) == 0
-    lines = capsys.readouterr().out.splitlines()
+    got = capsys.readouterr()
+    assert len(got.out.splitlines()) == 1  # with --json, stdout is the JSON alone (pipe it to jq)
+    lines = got.err.splitlines()
     assert lines[0].startswith("average normalized loss over the common window")
     out = lines[1:]
     assert out[0].split()[0] == "policy" and "avg norm loss" in out[0]
     assert any(line.startswith("fair ") for line in out) and any(line.startswith("fifo ") for line in out)
     assert any(line.startswith("fifo vs fair:") for line in out)
-    data = json.loads(out[-1])
+    data = json.loads(got.out)
     assert set(data["runs"]) == {"fair", "fifo"}
     assert 0 <= data["runs"]["fair"]["avg_normalized_loss"] <= 1
     for header in ("utility", "max rho", "mean rho", "p-mean speedup"):
@@ -112,9 +114,9 @@ def test_runs_of_different_workloads_are_not_compared(tmp_path: Path,
         alone[name] = json.loads(capsys.readouterr().out.splitlines()[-1])["runs"]["fair"]
     args = parse(["report", str(tmp_path / "s1"), str(tmp_path / "s2"), "--json"])
     assert args.func(args) == 0
-    out = capsys.readouterr().out
-    assert "not of one workload" in out and " vs " not in out and "plots skipped" in out
-    both = json.loads(out.splitlines()[-1])["runs"]
+    got = capsys.readouterr()
+    assert "not of one workload" in got.err and " vs " not in got.err and "plots skipped" in got.err
+    both = json.loads(got.out)["runs"]
     assert sorted(both.values(), key=lambda r: r["makespan"]) == \
         sorted(alone.values(), key=lambda r: r["makespan"])  # each measured as on its own
 
@@ -187,9 +189,9 @@ def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path,
     assert args.func(args) == 0
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "avg_normalized_loss.png", "core_share.png", "fairness.png", "time_to_reduction.png"]
-    lines = capsys.readouterr().out.splitlines()
-    assert sum(line.startswith("wrote ") for line in lines) == 4
-    assert set(json.loads(lines[-1])["runs"]) == {"fair", "fifo"}  # the JSON is last
+    got = capsys.readouterr()
+    assert sum(line.startswith("wrote ") for line in got.err.splitlines()) == 4
+    assert set(json.loads(got.out)["runs"]) == {"fair", "fifo"}  # stdout: the JSON alone
 
 
 def test_plots_go_where_the_runs_are(tmp_path: Path) -> None:
@@ -209,9 +211,9 @@ def test_plots_go_where_the_runs_are(tmp_path: Path) -> None:
 def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = parse(["report", str(sim_dir), "--no-plots", "--json", "--window", "0:4"])
     assert args.func(args) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "average normalized loss over the window given: 0-4 s"
-    data = json.loads(lines[-1])["runs"]
+    got = capsys.readouterr()
+    assert got.err.splitlines()[0] == "average normalized loss over the window given: 0-4 s"
+    data = json.loads(got.out)["runs"]
     args = parse(["report", str(sim_dir), "--no-plots", "--json"])
     assert args.func(args) == 0
     whole = json.loads(capsys.readouterr().out.splitlines()[-1])["runs"]

@@ -149,6 +149,8 @@ def test_parse_time_rejects(text: str) -> None:
     ({"partition": "gpu queue"}, "slurm.partition"),
     ({"account": "a;rm -rf"}, "slurm.account"),
     ({"job_name": ""}, "slurm.job_name"),
+    ({"job_name": "jn\n"}, "slurm.job_name"),  # would end the #SBATCH line
+    ({"mpi": "pmi2\n"}, "slurm.mpi"),
     ({"launcher": "ssh"}, "slurm.launcher"),
     ({"mpi": "none"}, "slurm.mpi"),
     ({"mpi": "PMI 2"}, "slurm.mpi"),

@@ -72,7 +72,7 @@ def validate_utility(raw: Any, where: str) -> dict[str, float]:
 
     Raises:
         ConfigError: not a mapping, an unknown key, ``value`` missing, a value that is not a
-            finite number >= 0, or ``decay`` without ``deadline``.
+            finite number >= 0, or a nonzero ``decay`` without ``deadline``.
     """
     if not isinstance(raw, Mapping):
         raise ConfigError(where, raw, f"must be {_ALLOWED}")

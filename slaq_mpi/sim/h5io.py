@@ -1,12 +1,13 @@
 """Read and write the metrics.h5 schema shared by real runs and simulations.
 
-Schema: root attrs name, policy, seed, capacity, epoch_seconds, mode, config.
+Schema: root attrs name, policy, seed, capacity, epoch_seconds, mode, config, and stopped
+(simulated), workdir and data_files (real runs; docs/metrics.md).
 ``/jobs/<name>``: datasets loss, time, iter_seconds (f8), cores (i4), throughput (k, 2) f8
 (cores, seconds/iteration per epoch run); attrs algorithm, arrival, start, end, status, reason,
 convergence, max_cores, attained_core_seconds and (simulator only) l_star, utility (JSON of
 the job's ``utility:`` spec, if any) and scaling (work, overhead, comm). ``/epochs``: time
 (E,) f8, alloc (E, J) i4 with columns in the order of ``job_names`` (J,) utf-8 strings,
-decision_ms (E,), pause_ms (E,) f8, moved (E,) i1.
+decision_ms (E,), pause_ms (E,), gap_ms (E,) f8 (NaN when simulated), moved (E,) i1.
 The same schema as :mod:`slaq_mpi.metrics` (real runs); either reads the other's files.
 """
 
