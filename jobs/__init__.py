@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def load_solver(algorithm: str) -> type[Solver]:
         except BaseException:
             del sys.modules[mod_name]  # a fixed file is read again
             raise
+    if not hasattr(module, cls_name):
+        raise AttributeError(f"{path} defines no {cls_name!r}")
     cls = getattr(module, cls_name)
     _check_solver_class(cls, f"{cls_name} in {path}")
     return cls
@@ -80,3 +83,7 @@ def _check_solver_class(cls: object, what: str) -> None:
         if unknown:
             raise TypeError(f"{what}: {attr} names {', '.join(sorted(unknown))}, which "
                             "defaults does not have")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+        raise TypeError(f"{what} is abstract: it does not define {missing} (name your own "
+                        "subclass of jobs.Solver; see docs/solvers.md)")

@@ -72,25 +72,35 @@ def job_dir(run_dir: Path, job: str) -> Path:
 
 def write(run_dir: Path, job: str, iteration: int, last_loss: float,
           state: Mapping[str, np.ndarray]) -> Path:
-    """Write a checkpoint atomically (temp file, fsync, rename) and prune old ones."""
+    """Write a checkpoint atomically (temp file, fsync, rename) and prune old ones.
+
+    A failed write (a full disk) leaves no temp file behind, and a successful one removes
+    those of earlier writers that died mid-write (one writer per job at a time).
+    """
     d = job_dir(run_dir, job)
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"{iteration:08d}.h5"
     tmp = d / f".{iteration:08d}.h5.tmp{os.getpid()}"
-    with h5py.File(tmp, "w") as f:
-        g = f.create_group("state")
-        for name, arr in state.items():
-            g.create_dataset(name, data=np.asarray(arr))
-        f.attrs["job"] = job
-        f.attrs["iteration"] = iteration
-        f.attrs["last_loss"] = last_loss
-        f.attrs["checksum"] = _checksum(state)
-    fd = os.open(tmp, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, final)
+        with h5py.File(tmp, "w") as f:
+            g = f.create_group("state")
+            for name, arr in state.items():
+                g.create_dataset(name, data=np.asarray(arr))
+            f.attrs["job"] = job
+            f.attrs["iteration"] = iteration
+            f.attrs["last_loss"] = last_loss
+            f.attrs["checksum"] = _checksum(state)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    for stale in d.glob(".*.h5.tmp*"):
+        stale.unlink(missing_ok=True)
     dfd = os.open(d, os.O_RDONLY)
     try:
         os.fsync(dfd)

@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
 
@@ -57,9 +58,16 @@ def _launch_rank() -> str | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, like every other refusal: exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"slaq: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``slaq``."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="slaq",
         description="Quality-driven scheduling of many ML training jobs on one MPI allocation.",
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,9 @@ def yaml_loader() -> type[yaml.SafeLoader]:
 def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     """Read and validate the experiment YAML at ``path``."""
     p = Path(path)
+    if (p / "state.json").is_file():
+        raise ConfigError("config file", str(p), f"is a run directory; continue it with "
+                          f"`slaq run --resume {shlex.quote(str(p))}`, or give its YAML file")
     try:
         text = p.read_text()
     except OSError as exc:
@@ -319,6 +323,9 @@ def _dataset(raw: Any, where: str, check_files: bool,
     opened, or labels that are not read)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(where, raw, "must be {path: file.h5} or {generator: NAME, rows: N, features: N}")
+    if "path" in raw and "generator" in raw:
+        raise ConfigError(where, dict(raw), "give either path (a data file) or generator "
+                          "(synthetic data), not both")
     if "path" in raw:
         _mapping(raw, where, {"path"})
         path = raw["path"]
@@ -326,6 +333,8 @@ def _dataset(raw: Any, where: str, check_files: bool,
             raise ConfigError(f"{where}.path", path, "must be a file path")
         rows, top = None, None
         if check_files:
+            if Path(path).is_dir():
+                raise ConfigError(f"{where}.path", path, "is a directory; give the HDF5 data file")
             if not Path(path).is_file():
                 raise ConfigError(f"{where}.path", path, "the file does not exist")
             try:

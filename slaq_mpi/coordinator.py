@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -105,7 +106,8 @@ class Coordinator:
         self._save(finished=status != EXIT_STOPPED)
         if status == EXIT_STOPPED:
             remove_stop(self.run_dir)
-            _say(f"stopped at t={self.now():.1f}s; continue with: slaq run --resume {self.run_dir}")
+            again = shlex.quote(str(self.run_dir))
+            _say(f"stopped at t={self.now():.1f}s; continue with: slaq run --resume {again}")
         else:
             self._summary()
         return status

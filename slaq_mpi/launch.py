@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -166,7 +167,7 @@ def start_time(now: float) -> float:
 def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started: float) -> int:
     cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
-    print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {' '.join(cmd)}", flush=True)
+    print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {shlex.join(cmd)}", flush=True)
     pending: list[int] = []
     child: subprocess.Popen[bytes] | None = None
 
@@ -217,7 +218,8 @@ def run_command(args: argparse.Namespace) -> int:
         if resume:
             status = _finished_status(run_dir)
             if status is not None:
-                print(f"slaq: {run_dir} has finished; nothing to resume (slaq report {run_dir} "
+                shown = shlex.quote(str(run_dir))
+                print(f"slaq: {run_dir} has finished; nothing to resume (slaq report {shown} "
                       "shows its results)", flush=True)
                 return status
         exe = find_mpiexec(args.mpiexec)

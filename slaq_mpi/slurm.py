@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi import rundir
-from slaq_mpi.errors import EXIT_BAD_INPUT, SlaqError
+from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, SlaqError
 from slaq_mpi.slurm_settings import SlurmSettings, settings_for
 
 __all__ = [
@@ -104,7 +104,12 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
     out = ["# --- site setup (slurm.setup): modules, virtualenv ---"]
     out += list(s.setup) or ["# (none)"]
     out += ["", "set -u", f"PYTHON={q(s.python or 'python3')}", f"LAUNCH=({launch_text})",
-            f"MAX_RESTARTS={s.max_restarts}", f"REQUEUE={'1' if s.requeue else '0'}"]
+            f"MAX_RESTARTS={s.max_restarts}", f"REQUEUE={'1' if s.requeue else '0'}",
+            'if ! "$PYTHON" -c "import slaq_mpi" 2>/dev/null; then',
+            '    echo "slaq.sbatch: $PYTHON cannot import slaq_mpi here ($(hostname)): set slurm.python to'
+            ' the Python slaq-mpi is installed in, or activate its environment in slurm.setup" >&2',
+            "    exit 2",
+            "fi"]
     if config is None:
         out += [
             'CONFIG=${1:?"usage: sbatch slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"}',
@@ -285,13 +290,26 @@ def output_path(settings: SlurmSettings, job_id: str, cwd: Path) -> Path:
     return _workdir(settings, cwd) / name
 
 
+def _check_log_dirs(settings: SlurmSettings, cwd: Path) -> None:
+    """Refuse an ``output``/``error`` whose directory does not exist: Slurm does not create it,
+    and the job would run and vanish without a log."""
+    for key in ("output", "error"):
+        value = getattr(settings, key)
+        if value is None:
+            continue
+        parent = (_workdir(settings, cwd) / value).parent
+        if "%" not in str(parent) and not parent.is_dir():
+            raise ConfigError(f"slurm.{key}", value, f"its directory {parent} does not exist; Slurm "
+                              "would not create it and the job would leave no log: create it first")
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
     from slaq_mpi import config
 
     spec = config.load(args.config)
     config.require_live(spec)
     settings = settings_for(spec)
-    if settings.python is None and not settings.setup:
+    if settings.python is None:
         # the job runs the Python that runs this command (its venv need not be active)
         settings = replace(settings, python=sys.executable)
     cwd = Path.cwd()
@@ -300,6 +318,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(script, end="")
         return 0
+    _check_log_dirs(settings, cwd)
     rundir.check_free(run_dir)
     if not (Path(run_dir) / "state.json").is_file():
         rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))

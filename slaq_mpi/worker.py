@@ -21,6 +21,14 @@ from slaq_mpi.errors import EXIT_ABORTED
 from slaq_mpi.plan import Plan, Report
 
 
+class CheckpointWriteError(RuntimeError):
+    """Writing a job's checkpoint failed (in the background writer); ``job`` names the job."""
+
+    def __init__(self, job: str | None, cause: BaseException) -> None:
+        super().__init__(f"writing a checkpoint of {job} failed: {cause}")
+        self.job = job
+
+
 class Worker:
     """One worker rank's state: the job it trains, its group and its solver."""
 
@@ -62,7 +70,8 @@ class Worker:
         """An unrecoverable error on this rank: tell rank 0 (which re-raises it tagged with
         rank, host and job), then end the whole run in case rank 0 is blocked elsewhere."""
         info = {
-            "rank": str(self.rank), "host": comm.hostname(), "job": str(self.job),
+            "rank": str(self.rank), "host": comm.hostname(),
+            "job": str(getattr(exc, "job", None) or self.job),
             "error": f"{exc.__class__.__name__}: {exc}", "traceback": traceback.format_exc(),
         }
         print(f"slaq: error on rank {info['rank']} ({info['host']}, job {info['job']}): "
@@ -79,7 +88,7 @@ class Worker:
             self._writer.join()
             self._writer = None
         if self._writer_error is not None:
-            raise RuntimeError(f"writing a checkpoint of {self._writer_job} failed: {self._writer_error}")
+            raise CheckpointWriteError(self._writer_job, self._writer_error)
 
     def _write(self, *args: object) -> None:
         try:

@@ -51,6 +51,10 @@ CASES = {
                             ["jobs[1].stop.max_iterations", "0", ">= 1"]),
     "one rank": (_with(["ranks"], 1), ["ranks", "1", ">= 2"]),
     "duplicate names": (_with(["jobs", 1, "name"], "a"), ["jobs[1].name", "'a'", "unique"]),
+    "path and generator": (_with(["jobs", 0, "dataset", "path"], "x.h5"),
+                           ["jobs[0].dataset", "either path", "or generator", "not both"]),
+    "path is a directory": (_with(["jobs", 0, "dataset"], {"path": "."}),
+                            ["jobs[0].dataset.path", "is a directory"]),
     "name ending in a newline": (_with(["jobs", 1, "name"], "b\n"), ["jobs[1].name", "1-64 characters"]),
     "unknown algorithm": (_with(["jobs", 0, "algorithm"], "xgboost"),
                           ["jobs[0].algorithm", "'xgboost'", "logreg"]),
@@ -447,7 +451,8 @@ class Uncounted(Solver):
     ("solver.py:Quadratic", ["convergence is 'quadratic'", "sublinear, linear"]),
     ("solver.py:Misnamed", ["allowed names stepp"]),
     ("solver.py:Uncounted", ["class_count names classes"]),
-    ("solver.py:Nope", ["has no attribute 'Nope'"]),
+    ("solver.py:Nope", ["solver.py defines no 'Nope'"]),
+    ("solver.py:Solver", ["is abstract", "does not define", "step"]),
     ("broken.py:X", ["ZeroDivisionError"]),
 ])
 def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str], tmp_path: Path) -> None:
@@ -457,6 +462,13 @@ def test_a_user_solver_that_cannot_work_is_refused(ref: str, needles: list[str],
     cfg.write_text(yaml.safe_dump(_with(["jobs", 1, "algorithm"], ref)))
     _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "jobs[1].algorithm", ref,
              "does not load", *needles)
+
+
+def test_a_run_directory_given_as_the_config_points_to_resume(tmp_path: Path) -> None:
+    (tmp_path / "runs" / "t").mkdir(parents=True)
+    (tmp_path / "runs" / "t" / "state.json").write_text("{}")
+    _refused(run_slaq(["run", "runs/t"], cwd=tmp_path), "config file", "is a run directory",
+             "slaq run --resume runs/t")
 
 
 def test_an_output_dir_holding_the_runs_data_is_refused(tmp_path: Path) -> None:
@@ -484,7 +496,10 @@ def test_a_user_solver_may_import_modules_beside_it_or_from_the_working_director
     (tmp_path / "solvers" / "mine.py").write_text(
         "import helper_beside\nfrom mypkg.consts import DEFAULTS\nfrom jobs.base import Solver\n\n\n"
         "class Mine(Solver):\n    convergence = 'linear'\n    defaults = dict(DEFAULTS)\n"
-        "    needs_labels = False\n")
+        "    needs_labels = False\n\n"
+        "    def step(self):\n        return helper_beside.STEP\n\n"
+        "    def get_state(self):\n        return {}\n\n"
+        "    def set_state(self, state):\n        pass\n")
     cfg = tmp_path / "c.yaml"
     raw = _with(["jobs", 1, "algorithm"], "solvers/mine.py:Mine")
     del raw["jobs"][1]["hyperparameters"]

@@ -44,6 +44,27 @@ def test_flipped_bytes_fail_the_checksum(tmp_path: Path) -> None:
     assert ckpt is None and "checksum" in notes[0][1]
 
 
+def test_a_failed_write_leaves_no_temp_file_and_a_good_one_clears_stale_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = {"w": np.arange(3.0)}
+    d = checkpoint.job_dir(tmp_path, "b")
+    d.mkdir(parents=True)
+    (d / ".00000002.h5.tmp999").write_bytes(b"")  # a writer that died mid-write
+
+    real_fsync = checkpoint.os.fsync
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        checkpoint.write(tmp_path, "b", 3, 0.5, state)
+    assert sorted(p.name for p in d.iterdir()) == [".00000002.h5.tmp999"]  # its own temp is gone
+    monkeypatch.setattr(checkpoint.os, "fsync", real_fsync)
+    checkpoint.write(tmp_path, "b", 3, 0.5, state)
+    assert sorted(p.name for p in d.iterdir()) == ["00000003.h5"]
+
+
 def test_metrics_round_trip(tmp_path: Path) -> None:
     job = JobRecord(name="a", algorithm="logreg", convergence="sublinear", arrival=1.5, max_cores=3,
                     loss=[1.0, 0.5], time=[2.0, 2.1], cores=[1, 2], iter_seconds=[0.1, 0.05],

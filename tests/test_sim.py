@@ -286,6 +286,7 @@ def test_shipped_configs_describe_the_paper_and_scale_setups() -> None:
     assert {"fair", "slaq", "oracle"} <= set(settings.policies)
     settings, jobs = prepare(config.load(root / "scale.yaml", check_files=False))
     assert settings.capacity == 16384 and len(jobs) == 4000
+    assert max(j.arrival for j in jobs) < 40.0  # all arrive early: thousands active at once
 
 
 def test_live_epoch_model_waits_for_the_slowest_job() -> None:

@@ -275,7 +275,8 @@ def test_dry_run_prints_the_script_and_runs_nothing(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize("section, python", [
     (None, shlex.quote(sys.executable)),  # the Python running `slaq submit`: its venv need not be active
     ({"python": "/opt/py/bin/python3"}, "/opt/py/bin/python3"),
-    ({"setup": ["source ~/venvs/slaq/bin/activate"]}, "python3"),  # the setup's environment decides
+    ({"setup": ["export OMP_NUM_THREADS=1"]}, shlex.quote(sys.executable)),  # a setup alone changes nothing
+    ({"setup": ["source ~/venvs/slaq/bin/activate"], "python": "python3"}, "python3"),  # the setup's venv
 ])
 def test_submit_picks_the_python(monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str], section: dict[str, Any] | None,
@@ -293,6 +294,32 @@ def test_submit_rejects_a_bad_slurm_section(monkeypatch: pytest.MonkeyPatch, no_
     assert cli.main(["submit", str(cfg)]) == 2
     assert fake.calls == []
     assert "slurm.launcher" in capsys.readouterr().err
+
+
+def test_submit_refuses_a_log_directory_that_does_not_exist(
+        monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({"sbatch": (0, "4242\n", ""), "scontrol": (0, PENDING.format("Priority"), "")})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
+    monkeypatch.chdir(tmp_path)
+    cfg = _write_config(tmp_path, slurm={"output": "nologs/%x-%j.out"})
+    assert cli.main(["submit", str(cfg)]) == 2
+    assert fake.calls == []  # nothing submitted
+    err = capsys.readouterr().err
+    assert "slurm.output" in err and "nologs" in err and "does not exist" in err
+    (tmp_path / "nologs").mkdir()
+    assert cli.main(["submit", str(cfg)]) == 0
+    assert fake.calls and fake.calls[0][0][0] == "sbatch"
+
+
+def test_the_script_stops_at_once_when_its_python_lacks_slaq(tmp_path: Path) -> None:
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_sbatch(settings_from_mapping({"python": sys.executable + "-missing"}),
+                                    config=str(tmp_path / "x.yaml"), run_dir=str(tmp_path / "run")))
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "cannot import slaq_mpi" in proc.stderr and "slurm.python" in proc.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_sbatch_failure_is_reported(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,

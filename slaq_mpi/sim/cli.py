@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     say(window_line(window))
     say(format_table(rows))
     if out is not None:
-        say(f"metrics written to {out}/<policy>/metrics.h5; plots: slaq report {out}/*")
+        say(f"metrics written to {out}/<policy>/metrics.h5; plots: slaq report {shlex.quote(str(out))}")
     if args.json:
         payload = {"policies": {n: {k: _num(r.get(k, math.nan)) for k in JSON_KEYS}
                                 for n, r in rows.items()}}
@@ -138,7 +139,8 @@ def _library_out(text: str | None) -> Path:
 
 
 def cmd_curves_record(args: argparse.Namespace) -> int:
-    """``slaq curves record``: record curves from our solvers and merge them into a library."""
+    """``slaq curves record``: record curves from our solvers and merge them into a library
+    (``--out FILE``; a new FILE starts as a copy of the packaged library)."""
     import os
 
     from slaq_mpi.errors import DataError
@@ -154,7 +156,8 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
         raise ConfigError("--out", str(out), f"cannot be written: the directory {where} {why}"
                           + ("" if args.out is not None else "; give --out FILE"))
     try:
-        old = CurveLibrary.load(out) if out.exists() else CurveLibrary([])
+        # a new file starts as a copy of the packaged library: usable whole as a curve_file
+        old = CurveLibrary.load(out if out.exists() else None)
     except DataError:
         raise ConfigError("--out", str(out), "exists and is not a curve library of `slaq curves "
                           "record` (recorded curves are merged into it); remove it or give "
@@ -223,8 +226,9 @@ def add_cli(subparsers: Any) -> None:
     r = csub.add_parser("record", help="record loss curves from our solvers (serial) into the "
                                        "curve library")
     r.add_argument("--out", metavar="FILE",
-                   help="the library to update (default: the packaged one); the curves recorded "
-                        "replace those of their algorithms, all others are kept")
+                   help="the library to update (default: the packaged one; a new FILE starts as "
+                        "a copy of it); the curves recorded replace those of their algorithms, "
+                        "all others are kept")
     r.add_argument("--algorithm", action="append",
                    help="only these algorithms (repeatable; default: all built-in ones)")
     r.add_argument("--seed", type=int, default=0,
