@@ -83,6 +83,8 @@ def _check_solver_class(cls: object, what: str) -> None:
         if unknown:
             raise TypeError(f"{what}: {attr} names {', '.join(sorted(unknown))}, which "
                             "defaults does not have")
+    if cls.feature_kind not in ("", "counts"):
+        raise TypeError(f"{what}: feature_kind is {cls.feature_kind!r}; allowed: '' or 'counts'")
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
         raise TypeError(f"{what} is abstract: it does not define {missing} (name your own "

@@ -105,9 +105,10 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
     out += list(s.setup) or ["# (none)"]
     out += ["", "set -u", f"PYTHON={q(s.python or 'python3')}", f"LAUNCH=({launch_text})",
             f"MAX_RESTARTS={s.max_restarts}", f"REQUEUE={'1' if s.requeue else '0'}",
-            'if ! "$PYTHON" -c "import slaq_mpi" 2>/dev/null; then',
-            '    echo "slaq.sbatch: $PYTHON cannot import slaq_mpi here ($(hostname)): set slurm.python to'
-            ' the Python slaq-mpi is installed in, or activate its environment in slurm.setup" >&2',
+            'if ! err=$("$PYTHON" -c "import slaq_mpi, mpi4py" 2>&1); then',
+            '    echo "slaq.sbatch: $PYTHON cannot import slaq_mpi here ($(hostname): ${err##*$\'\\n\'});'
+            ' set slurm.python to the Python slaq-mpi is installed in, or activate its environment in'
+            ' slurm.setup" >&2',
             "    exit 2",
             "fi"]
     if config is None:
@@ -293,11 +294,14 @@ def output_path(settings: SlurmSettings, job_id: str, cwd: Path) -> Path:
 def _check_log_dirs(settings: SlurmSettings, cwd: Path) -> None:
     """Refuse an ``output``/``error`` whose directory does not exist: Slurm does not create it,
     and the job would run and vanish without a log."""
+    work = _workdir(settings, cwd)
+    if settings.chdir is not None and not work.is_dir():
+        raise ConfigError("slurm.chdir", settings.chdir, f"the directory {work} does not exist")
     for key in ("output", "error"):
         value = getattr(settings, key)
         if value is None:
             continue
-        parent = (_workdir(settings, cwd) / value).parent
+        parent = (work / value.replace("%x", settings.job_name).replace("%%", "%")).parent
         if "%" not in str(parent) and not parent.is_dir():
             raise ConfigError(f"slurm.{key}", value, f"its directory {parent} does not exist; Slurm "
                               "would not create it and the job would leave no log: create it first")

@@ -439,6 +439,11 @@ class Misnamed(Solver):
     allowed = {"stepp": Allowed(lo=0)}
 
 
+class Miscounted(Solver):
+    defaults = {"step": 0.5}
+    feature_kind = "count"
+
+
 class Uncounted(Solver):
     defaults = {"step": 0.5}
     class_count = "classes"
@@ -451,6 +456,7 @@ class Uncounted(Solver):
     ("solver.py:Quadratic", ["convergence is 'quadratic'", "sublinear, linear"]),
     ("solver.py:Misnamed", ["allowed names stepp"]),
     ("solver.py:Uncounted", ["class_count names classes"]),
+    ("solver.py:Miscounted", ["feature_kind is 'count'", "'counts'"]),
     ("solver.py:Nope", ["solver.py defines no 'Nope'"]),
     ("solver.py:Solver", ["is abstract", "does not define", "step"]),
     ("broken.py:X", ["ZeroDivisionError"]),

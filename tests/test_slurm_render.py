@@ -310,6 +310,12 @@ def test_submit_refuses_a_log_directory_that_does_not_exist(
     (tmp_path / "nologs").mkdir()
     assert cli.main(["submit", str(cfg)]) == 0
     assert fake.calls and fake.calls[0][0][0] == "sbatch"
+    capsys.readouterr()
+    for section, key in (({"output": "logs-%x/%j.out"}, "slurm.output"),  # %x is known: checked
+                         ({"chdir": "nowhere"}, "slurm.chdir")):
+        fake.calls.clear()
+        assert cli.main(["submit", str(_write_config(tmp_path, slurm=section))]) == 2
+        assert fake.calls == [] and key in capsys.readouterr().err
 
 
 def test_the_script_stops_at_once_when_its_python_lacks_slaq(tmp_path: Path) -> None:
@@ -434,7 +440,7 @@ def fake_cluster(tmp_path: Path) -> dict[str, Any]:
     logs.mkdir()
     run_dir = tmp_path / "run"
     settings = settings_from_mapping({"launcher": "mpiexec", "mpiexec": str(bin_dir / "mpiexec"),
-                                      "max_restarts": 2}, ranks=4)
+                                      "max_restarts": 2, "python": sys.executable}, ranks=4)
     script = tmp_path / "job.sbatch"
     script.write_text(render_sbatch(settings, config=str(tmp_path / "c.yaml"), run_dir=str(run_dir)))
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(logs),
@@ -454,7 +460,7 @@ def _lines(path: Path) -> list[str]:
 def test_script_starts_fresh_and_finishes(fake_cluster: dict[str, Any]) -> None:
     proc = _run_script(fake_cluster, "done")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 python3 -m slaq_mpi run {fake_cluster['cfg']}"]
+    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 {sys.executable} -m slaq_mpi run {fake_cluster['cfg']}"]
     assert _lines(fake_cluster["logs"] / "scontrol") == []
     assert "every job done" in proc.stdout
 
@@ -466,7 +472,7 @@ def test_script_resumes_when_state_exists(fake_cluster: dict[str, Any]) -> None:
     (run_dir / "STOP").write_text("")  # left over from an earlier signal: must not stop this start
     proc = _run_script(fake_cluster, "fail")
     assert proc.returncode == 1
-    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 python3 -m slaq_mpi run --resume {run_dir}"]
+    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 {sys.executable} -m slaq_mpi run --resume {run_dir}"]
     assert not (run_dir / "STOP").exists()
 
 
