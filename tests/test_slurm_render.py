@@ -460,7 +460,8 @@ def _lines(path: Path) -> list[str]:
 def test_script_starts_fresh_and_finishes(fake_cluster: dict[str, Any]) -> None:
     proc = _run_script(fake_cluster, "done")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 {sys.executable} -m slaq_mpi run {fake_cluster['cfg']}"]
+    launched = f"-n 4 {sys.executable} -m slaq_mpi run {fake_cluster['cfg']}"
+    assert _lines(fake_cluster["logs"] / "launch") == [launched]
     assert _lines(fake_cluster["logs"] / "scontrol") == []
     assert "every job done" in proc.stdout
 
@@ -472,7 +473,8 @@ def test_script_resumes_when_state_exists(fake_cluster: dict[str, Any]) -> None:
     (run_dir / "STOP").write_text("")  # left over from an earlier signal: must not stop this start
     proc = _run_script(fake_cluster, "fail")
     assert proc.returncode == 1
-    assert _lines(fake_cluster["logs"] / "launch") == [f"-n 4 {sys.executable} -m slaq_mpi run --resume {run_dir}"]
+    launched = f"-n 4 {sys.executable} -m slaq_mpi run --resume {run_dir}"
+    assert _lines(fake_cluster["logs"] / "launch") == [launched]
     assert not (run_dir / "STOP").exists()
 
 
