@@ -255,13 +255,15 @@ class Coordinator:
         jobs = self.record.jobs.values()
         running = sum(1 for j in jobs if j.status == "running")
         waiting = sum(1 for j in jobs if j.status == "waiting" and j.arrival <= now)
-        done = sum(1 for j in jobs if j.status in ("done", "failed"))
+        done = sum(1 for j in jobs if j.status == "done")
+        failed = sum(1 for j in jobs if j.status == "failed")
         rel = [j.loss[-1] / j.loss[0] for j in jobs if j.loss and j.loss[0] not in (0.0,)
                and j.status != "failed"]
         cores = " ".join(f"{n}:{c}" for n, c in sorted(alloc.items()))
         mean = f"{sum(rel) / len(rel):.4f}" if rel else "-"
         _say(f"epoch {self.epoch:4d} t={now:7.1f}s running {running} waiting {waiting} "
-             f"done {done}/{len(self.record.jobs)} | cores {cores} | mean loss/initial {mean}")
+             f"done {done}/{len(self.record.jobs)}" + (f" failed {failed}" if failed else "")
+             + f" | cores this epoch {cores} | mean loss/initial {mean}")
 
     def _summary(self) -> None:
         for j in self.record.jobs.values():

@@ -98,13 +98,16 @@ def format_comparison(rows: Mapping[str, Mapping[str, float]], baseline: str = "
 
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     """Every metrics.h5 under the given run directories (a directory or its subdirectories),
-    each once. Other files (the PNGs a report wrote beside the runs, which ``runs/paper/*``
-    also matches) are skipped with a note, as long as some run is left."""
+    each once. The PNGs a report wrote beside the runs (which ``runs/paper/*`` also matches)
+    are passed over, other files with a note, as long as some run is left."""
     found: list[Path] = []
     skipped: list[str] = []
+    plots: list[str] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_file() and p.suffix not in (".h5", ".hdf5"):
+        if p.is_file() and p.suffix == ".png":
+            plots.append(str(p))  # a plot a report wrote beside the runs (`runs/paper/*` matches it)
+        elif p.is_file() and p.suffix not in (".h5", ".hdf5"):
             skipped.append(str(p))
         elif p.is_file():
             found.append(p)
@@ -116,7 +119,7 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
             raise ConfigError("RUN_DIR", str(p), "must be a run directory holding metrics.h5 "
                               "(or directories that do)")
     if not found:
-        raise ConfigError("RUN_DIR", " ".join(skipped), "must be a run directory holding metrics.h5 "
+        raise ConfigError("RUN_DIR", " ".join(skipped + plots), "must be a run directory holding metrics.h5 "
                           "(or directories that do)")
     if skipped:
         print(f"slaq: note: skipped what is not a run: {', '.join(skipped)}", file=sys.stderr)
@@ -129,15 +132,15 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
 def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
     """Read every run; keys are unique labels: the policy, with ``(run)`` or ``(simulate)``
     when real and simulated runs are read together (so ``slaq vs fair`` never compares a real
-    run with a simulation), made unique when repeated."""
+    run with a simulation), and with the run's directory when a policy is repeated."""
     from slaq_mpi.sim.h5io import read_metrics
 
     loaded = [(path, observed(read_metrics(path))) for path in find_runs(paths)]
     mixed = len({run.mode for _, run in loaded}) > 1
+    bases = [f"{run.policy} ({run.mode})" if mixed else run.policy for _, run in loaded]
     runs: dict[str, RunData] = {}
-    for path, run in loaded:
-        label = f"{run.policy} ({run.mode})" if mixed else run.policy
-        if label in runs:
+    for (path, run), label in zip(loaded, bases, strict=True):
+        if bases.count(label) > 1:  # every run of a repeated policy is named by its directory
             label = f"{run.policy} ({run.mode}, {_shown(path.parent)})"
         n = 2
         base = label

@@ -182,7 +182,8 @@ def check_own_dir(path: str | Path, key: str) -> None:
     while not base.exists():
         base = base.parent
     if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        raise ConfigError(key, str(path), f"cannot be created: {base} is not a writable directory")
+        what = "cannot be written" if base == where else "cannot be created"
+        raise ConfigError(key, str(path), f"{what}: {base} is not a writable directory")
 
 
 def move_aside(run_dir: str | Path) -> Path | None:
