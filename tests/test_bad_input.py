@@ -515,6 +515,13 @@ def test_a_user_solver_may_import_modules_beside_it_or_from_the_working_director
     proc = subprocess.run([str(slaq), "validate", str(cfg)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # every rank runs `python -m slaq_mpi`, which puts the working directory first on sys.path:
+    # a jobs.py of the user's there must not shadow our jobs package, and the solver still loads
+    (tmp_path / "jobs.py").write_text("raise SystemExit('the jobs.py of the working directory')\n")
+    for argv in ([sys.executable, "-m", "slaq_mpi"], [str(slaq)]):
+        proc = subprocess.run([*argv, "validate", str(cfg)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_data_that_cannot_fit_on_the_disk_is_refused_before_anything_is_written(tmp_path: Path) -> None:
