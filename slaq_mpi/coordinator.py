@@ -292,11 +292,12 @@ def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
         )
         for j in spec.jobs
     }
+    prints = {p: fingerprint(p) for p in {j.dataset.path for j in spec.jobs if j.dataset.path}}
     attrs = {
         "name": spec.name, "policy": spec.policy, "seed": spec.seed, "capacity": capacity,
         "epoch_seconds": spec.epoch_seconds, "mode": "run", "config": spec.source,
         "workdir": os.getcwd(),  # where config.yaml's relative paths point (for --resume)
-        "data_files": json.dumps({j.name: [j.dataset.path, fingerprint(j.dataset.path)]
+        "data_files": json.dumps({j.name: [j.dataset.path, prints[j.dataset.path]]
                                   for j in spec.jobs if j.dataset.path}, sort_keys=True),
     }
     return RunRecord(attrs=attrs, jobs=jobs)

@@ -122,13 +122,15 @@ def check_data_unchanged(run_dir: Path) -> None:
     kept = _kept(run_dir, "data_files")
     if kept is None:
         return  # a run from before fingerprints were kept
+    now: dict[str, str] = {}  # a file shared by jobs is read once
     for job, (path, was) in sorted(json.loads(kept).items()):
-        try:
-            now = fingerprint(path)
-        except OSError as exc:
-            raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} cannot be "
-                              f"read ({exc.strerror}); restore it") from None
-        if now != was:
+        if path not in now:
+            try:
+                now[path] = fingerprint(path)
+            except OSError as exc:
+                raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} cannot be "
+                                  f"read ({exc.strerror}); restore it") from None
+        if now[path] != was:
             raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} changed since "
                               "the run started; restore it, or start a new run with slaq run CONFIG")
 
