@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from slaq_mpi._text import count
 from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
 
 # Modules that add their own subcommands through ``add_cli(subparsers)``.
@@ -32,7 +33,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     settings_for(spec)  # the slurm: section
     parse_settings(spec)  # the simulation: section
     print(
-        f"{args.config}: ok: experiment {spec.name!r}, {len(spec.jobs)} jobs, {spec.ranks} ranks, "
+        f"{args.config}: ok: experiment {spec.name!r}, {count(len(spec.jobs), 'job')}, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"
     )
     try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from jobs import load_solver
 from slaq_mpi import _early_signals, checkpoint, comm
+from slaq_mpi._text import count
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.datasets import fingerprint
 from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
@@ -92,7 +93,7 @@ class Coordinator:
         self._prepare_data()
         self._t0 = time.monotonic() - self._elapsed  # the experiment's clock starts with its data
         self._save(finished=False)  # from now on the directory is resumable
-        _say(f"slaq: {len(self.spec.jobs)} jobs, {len(self.workers)} worker ranks, "
+        _say(f"slaq: {count(len(self.spec.jobs), 'job')}, {count(len(self.workers), 'worker rank')}, "
              f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")
         status = None
         while status is None:
@@ -232,8 +233,9 @@ class Coordinator:
                 job.throughput.append((rep.cores, secs))
                 if secs > self.spec.epoch_seconds and name not in self._warned_slow:
                     self._warned_slow.add(name)
-                    _say(f"job {name}: one iteration takes {secs:.2f} s on {rep.cores} cores, longer "
-                         f"than the {self.spec.epoch_seconds:g} s epoch; every epoch waits for it. "
+                    _say(f"job {name}: one iteration takes {secs:.2f} s on "
+                         f"{count(rep.cores, 'core')}, longer than the "
+                         f"{self.spec.epoch_seconds:g} s epoch; every epoch waits for it. "
                          "Raise epoch_seconds or give it more cores.")
                 job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
             starts.append(rep.first_start)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from slaq_mpi.generators import (
     generated_bytes,
     generator_param_problem,
 )
+from slaq_mpi.outpaths import check_writable
 
 __all__ = ["add_cli", "convert_csv", "convert_libsvm", "convert_npy", "make"]
 
@@ -65,15 +65,7 @@ def _check_output(out: Path) -> None:
     if out.is_dir():
         raise ConfigError("out", str(out), "is a directory; give the HDF5 file to write, e.g. "
                           f"{out / 'data.h5'}")
-    parent = out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    try:
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError:
-        raise ConfigError("out", str(out), f"cannot be created: {parent} is not a writable "
-                          "directory") from None
+    check_writable(out.parent, "out", out)
 
 
 def _same_file(a: Path, b: Path) -> bool:

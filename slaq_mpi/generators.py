@@ -21,6 +21,7 @@ import scipy.sparse as sp
 
 from slaq_mpi.datasets import CHUNK_ROWS, LABEL_RULES, DatasetSpec, RowWriter
 from slaq_mpi.errors import ConfigError, DataError
+from slaq_mpi.outpaths import nearest_existing
 
 # --- synthetic generators -------------------------------------------------------------
 
@@ -235,9 +236,7 @@ def check_space(needed: float, where: Path, what: str) -> None:
     Raises:
         ConfigError: naming ``what``, the size and the free space.
     """
-    base = where.resolve()
-    while not base.exists():
-        base = base.parent
+    base = nearest_existing(where)
     free = shutil.disk_usage(base).free
     if needed > free:
         raise ConfigError(what, f"{needed / 1e9:.3g} GB", f"generating it needs more than the "

@@ -20,6 +20,7 @@ from typing import Any
 
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.evaluation import RunData, common_l_star, observed
+from slaq_mpi.outpaths import check_writable
 from slaq_mpi.summary import summarize_runs
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
@@ -234,11 +235,7 @@ def check_plots_dir(out: Path) -> None:
     """Refuse a ``--out`` that cannot hold the PNGs (before anything is computed)."""
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", str(out), "exists and is not a directory; give a directory for the PNGs")
-    base = out
-    while not base.exists():
-        base = base.parent
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise ConfigError("--out", str(out), f"cannot be written: {base} is not a writable directory")
+    check_writable(out, "--out", out)
 
 
 def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from slaq_mpi.errors import ConfigError
+from slaq_mpi.outpaths import check_writable
 
 __all__ = [
     "STOP_FILE", "check_free", "check_fresh", "check_own_dir", "clear_stale_stop", "fresh_output",
@@ -178,12 +179,7 @@ def check_own_dir(path: str | Path, key: str) -> None:
                           "directory or one above it (an earlier run in it is moved aside)")
     if where.exists() and not where.is_dir():
         raise ConfigError(key, str(path), "exists and is not a directory")
-    base = where
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        what = "cannot be written" if base == where else "cannot be created"
-        raise ConfigError(key, str(path), f"{what}: {base} is not a writable directory")
+    check_writable(where, key, path)
 
 
 def move_aside(run_dir: str | Path) -> Path | None:

@@ -41,6 +41,8 @@ def _with(path: list[object], value: object) -> dict:
 CASES = {
     "unknown top key": (_with(["epochs"], 3), ["epochs", "allowed keys"]),
     "output_dir is a file": (_with(["output_dir"], "c.yaml"), ["output_dir", "'c.yaml'", "not a directory"]),
+    "output_dir under a file": (_with(["output_dir"], "c.yaml/run"),
+                                ["output_dir", "'c.yaml/run'", "c.yaml is not a writable directory"]),
     "output_dir is the current directory": (_with(["output_dir"], "."),
                                             ["output_dir", "'.'", "not the current directory"]),
     "unknown job key": (_with(["jobs", 0, "speed"], 3), ["jobs[0].speed", "allowed keys"]),
@@ -158,6 +160,15 @@ def test_malformed_yaml(tmp_path: Path) -> None:
     assert proc.returncode == 2
     line = _one_error_line(proc.stderr)
     assert "c.yaml:" in line and "YAML" in line
+
+
+def test_validate_counts_jobs_in_words(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    for jobs, words in ((GOOD["jobs"][:1], "'t', 1 job, 4 ranks"),
+                        (GOOD["jobs"], f"'t', {len(GOOD['jobs'])} jobs, 4 ranks")):
+        cfg.write_text(yaml.safe_dump({**GOOD, "jobs": jobs}))
+        proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+        assert proc.returncode == 0 and words in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
@@ -296,7 +307,8 @@ def test_data_commands_refuse_outputs_they_cannot_write(tmp_path: Path) -> None:
     (tmp_path / "in.csv").write_text("a,b,y\n1,2,0\n3,4,1\n")
     make = ["data", "make", "blobs", "--rows", "10", "--features", "2"]
     _refused(run_slaq([*make[:3], "outdir", *make[3:]], cwd=tmp_path), "out", "'outdir'", "directory")
-    _refused(run_slaq([*make[:3], "in.csv/x.h5", *make[3:]], cwd=tmp_path), "cannot be created")
+    _refused(run_slaq([*make[:3], "in.csv/x.h5", *make[3:]], cwd=tmp_path), "out", "'in.csv/x.h5'",
+             "cannot be written", "in.csv is not a writable directory")
     _refused(run_slaq(["data", "convert", "in.csv", "outdir"], cwd=tmp_path), "'outdir'", "directory")
     _refused(run_slaq(["data", "convert", "in.csv", "o.h5", "--labels", "y.npy"], cwd=tmp_path),
              "--labels", ".npy input only")
@@ -369,6 +381,8 @@ def test_simulate_out_is_checked_before_anything_moves(tmp_path: Path) -> None:
     for out in (".", str(tmp_path)):  # the current directory (or above) is never moved
         _refused(run_slaq(["simulate", str(cfg), "--out", out], cwd=tmp_path), "--out",
                  "directory of its own")
+    _refused(run_slaq(["simulate", str(cfg), "--out", "c.yaml/sim"], cwd=tmp_path), "--out",
+             "'c.yaml/sim'", "c.yaml is not a writable directory")
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "nope.npz"})))
     _refused(run_slaq(["simulate", str(bad), "--out", "sim"], cwd=tmp_path), "curve_file")

@@ -145,6 +145,9 @@ def test_report_out_must_be_a_directory(sim_dir: Path, tmp_path: Path) -> None:
     args = parse(["report", str(sim_dir), "--out", str(tmp_path / "afile")])
     with pytest.raises(ConfigError, match="--out.*not a directory"):
         args.func(args)
+    args = parse(["report", str(sim_dir), "--out", str(tmp_path / "afile" / "plots")])
+    with pytest.raises(ConfigError, match="--out.*afile is not a writable directory"):
+        args.func(args)
     assert (tmp_path / "afile").read_text() == "x"
 
 

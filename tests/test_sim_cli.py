@@ -215,18 +215,14 @@ def test_sim_check_refuses_a_simulated_run(config_file: Path, tmp_path: Path) ->
     assert (tmp_path / "o" / "fifo" / "metrics.h5").read_bytes() == before
 
 
-def test_curves_record_of_one_algorithm_merges_into_the_packaged_library(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import shutil
-
+def test_curves_record_into_a_new_file_starts_from_the_packaged_library(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from slaq_mpi.sim import curves
 
     packaged = curves.DEFAULT_LIBRARY.read_bytes()
-    lib_file = tmp_path / "curves.npz"
-    shutil.copy(curves.DEFAULT_LIBRARY, lib_file)
-    monkeypatch.setattr(curves, "DEFAULT_LIBRARY", lib_file)  # never the real packaged file
-    before = curves.CurveLibrary.load(lib_file)
-    args = parse(["curves", "record", "--algorithm", "linreg", "--seed", "7"])  # no --out
+    before = curves.CurveLibrary.load(None)
+    lib_file = tmp_path / "mine.npz"
+    args = parse(["curves", "record", "--algorithm", "linreg", "--seed", "7", "--out", str(lib_file)])
     assert args.func(args) == 0
     after = curves.CurveLibrary.load(lib_file)
     assert after.algorithms() == before.algorithms() and len(before.algorithms()) > 1
@@ -242,9 +238,8 @@ def test_curves_record_of_one_algorithm_merges_into_the_packaged_library(
     out = capsys.readouterr().out.splitlines()[-1]
     assert f"{len(new)} curves of linreg recorded (replaced {n_old} old ones)" in out
     assert f"now holds {len(after)} curves of {len(after.algorithms())} algorithms" in out
-    assert curves.DEFAULT_LIBRARY == lib_file and curves.Path(curves.__file__).with_name(
-        "curves.npz").read_bytes() == packaged
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.npz"]  # no temp file left
+    assert curves.DEFAULT_LIBRARY.read_bytes() == packaged  # the packaged library is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.npz"]  # no temp file left
 
 
 def test_curves_record_merges_into_an_existing_out_file(tmp_path: Path,
@@ -275,6 +270,9 @@ def test_curves_record_refuses_bad_arguments_before_recording(tmp_path: Path) ->
         (["--algorithm", "linreg", "--out", "junk.npz"],
          ["--out", "junk.npz", "not a curve library", "another file"]),
         (["--algorithm", "linreg", "--out", ""], ["--out", "''", "must name a .npz file"]),
+        (["--algorithm", "linreg", "--out", "junk.npz/x.npz"],
+         ["--out", "'junk.npz/x.npz'", "junk.npz is not a writable directory"]),
+        (["--algorithm", "linreg"], ["the following arguments are required: --out"]),
     ]
     for argv, needles in cases:
         proc = run_slaq(["curves", "record", *argv], cwd=tmp_path)

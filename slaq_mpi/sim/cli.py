@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slaq_mpi._text import count
 from slaq_mpi.errors import ConfigError
+from slaq_mpi.outpaths import check_writable
 
 __all__ = ["JSON_KEYS", "add_cli", "cmd_curves_record", "cmd_sim_check", "cmd_simulate"]
 
@@ -123,38 +125,30 @@ def _algorithms(names: list[str] | None) -> list[str] | None:
     return out
 
 
-def _library_out(text: str | None) -> Path:
-    """Where ``slaq curves record`` writes: checked before anything is recorded."""
-    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
-
-    if text is None:
-        return DEFAULT_LIBRARY
+def _library_out(text: str) -> Path:
+    """Where ``slaq curves record`` writes: checked before anything is recorded (its directory
+    must exist: a misspelt one is not created)."""
     if not text.strip():
-        raise ConfigError("--out", text, "must name a .npz file (leave --out out to update the "
-                          "packaged library)")
+        raise ConfigError("--out", text, "must name a .npz file")
     out = Path(text)
     if out.is_dir():
         raise ConfigError("--out", text, "is a directory; must name a .npz file")
+    where = out.resolve().parent
+    if not where.exists():
+        raise ConfigError("--out", text, f"cannot be written: the directory {where} does not exist")
+    check_writable(where, "--out", text)
     return out
 
 
 def cmd_curves_record(args: argparse.Namespace) -> int:
     """``slaq curves record``: record curves from our solvers and merge them into a library
     (``--out FILE``; a new FILE starts as a copy of the packaged library)."""
-    import os
-
     from slaq_mpi.errors import DataError
     from slaq_mpi.sim.curves import CurveLibrary
     from slaq_mpi.sim.record import record_curves
 
     algorithms = _algorithms(args.algorithm)
     out = _library_out(args.out)
-    where = out.resolve().parent
-    why = ("does not exist" if not where.exists() else "is not a directory" if not where.is_dir()
-           else "is not writable" if not os.access(where, os.W_OK | os.X_OK) else "")
-    if why:
-        raise ConfigError("--out", str(out), f"cannot be written: the directory {where} {why}"
-                          + ("" if args.out is not None else "; give --out FILE"))
     try:
         # a new file starts as a copy of the packaged library: usable whole as a curve_file
         old = CurveLibrary.load(out if out.exists() else None)
@@ -174,8 +168,8 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
     kept = [a for a in (algorithms or []) if a not in algs and old.for_algorithm(a)]
     if kept:
         print(f"note: nothing usable recorded for {', '.join(kept)}: its old curves are kept")
-    print(f"{len(new)} curves of {', '.join(algs)} recorded ({did}); library {out} now holds "
-          f"{len(lib)} curves of {len(lib.algorithms())} algorithms "
+    print(f"{count(len(new), 'curve')} of {', '.join(algs)} recorded ({did}); library {out} now holds "
+          f"{count(len(lib), 'curve')} of {count(len(lib.algorithms()), 'algorithm')} "
           f"({out.stat().st_size / 1024:.0f} KiB)")
     return 0
 
@@ -225,10 +219,10 @@ def add_cli(subparsers: Any) -> None:
     csub = p.add_subparsers(dest="curves_command", required=True, metavar="ACTION")
     r = csub.add_parser("record", help="record loss curves from our solvers (serial) into the "
                                        "curve library")
-    r.add_argument("--out", metavar="FILE",
-                   help="the library to update (default: the packaged one; a new FILE starts as "
-                        "a copy of it); the curves recorded replace those of their algorithms, "
-                        "all others are kept")
+    r.add_argument("--out", metavar="FILE", required=True,
+                   help="the library to update (a new FILE starts as a copy of the packaged "
+                        "one; use it with simulation.curve_file); the curves recorded replace "
+                        "those of their algorithms, all others are kept")
     r.add_argument("--algorithm", action="append",
                    help="only these algorithms (repeatable; default: all built-in ones)")
     r.add_argument("--seed", type=int, default=0,

@@ -3,7 +3,7 @@
 A curve is the loss after k iterations, ``losses[k]`` for k = 0..n (``losses[0]`` is the initial
 model's loss), plus the converged loss ``l_star`` and the measured one-core cost of an iteration
 per row*feature of the recording dataset. The packaged library ``curves.npz`` is written by
-``slaq curves record`` (:mod:`slaq_mpi.sim.record`).
+``slaq curves record --out slaq_mpi/sim/curves.npz`` (:mod:`slaq_mpi.sim.record`).
 """
 
 from __future__ import annotations

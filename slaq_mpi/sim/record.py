@@ -1,6 +1,6 @@
 """Record the simulator's curve library by running our solvers serially (no MPI).
 
-``slaq curves record [--out FILE]`` runs every algorithm of :data:`jobs.ALGORITHMS` on a few
+``slaq curves record --out FILE`` runs every algorithm of :data:`jobs.ALGORITHMS` on a few
 small synthetic datasets and hyperparameter variants (the :data:`RECIPES`; an algorithm without
 recipes gets the :data:`KIND_RECIPES` of its solver's ``dataset_kind``),
 on one rank with :class:`jobs.base.SerialComm`. Each curve is kept

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi._text import count
 from slaq_mpi.errors import DataError
 from slaq_mpi.evaluation import RunData
 from slaq_mpi.policies import get_policy
@@ -49,7 +50,7 @@ def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Pa
         params = dict(spec.policy_params) if name == spec.policy else {}
         policy = get_policy(name, **params)
         if progress:
-            progress(f"simulating {name}: {len(jobs)} jobs on {settings.capacity} cores, "
+            progress(f"simulating {name}: {count(len(jobs), 'job')} on {settings.capacity} cores, "
                      f"epoch {spec.epoch_seconds:g} s")
         run = simulate(
             jobs, policy, capacity=settings.capacity, epoch_seconds=spec.epoch_seconds,
