@@ -14,7 +14,14 @@ from pathlib import Path
 
 from slaq_mpi import config, rundir
 from slaq_mpi.config import ExperimentSpec
-from slaq_mpi.errors import EXIT_DONE, EXIT_FAILED, ConfigError
+from slaq_mpi.errors import (
+    EXIT_ABORTED,
+    EXIT_BAD_INPUT,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    ConfigError,
+)
 
 # Environment variables that MPI launchers (Hydra, srun --mpi=pmi2, Open MPI, PMIx) set.
 _LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -166,16 +173,45 @@ def start_time(now: float) -> float:
         return now
 
 
-def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started: float) -> int:
-    cmd = [exe, "-n", str(spec.ranks), sys.executable, "-m", "slaq_mpi", "run"]
+def is_open_mpi(exe: str) -> bool:
+    """Whether ``exe`` is Open MPI's launcher (its ``--version`` names Open MPI or OpenRTE)."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return any(name in out.stdout + out.stderr for name in ("Open MPI", "OpenRTE"))
+
+
+def _lock_text(run_dir: Path) -> str:
+    """What the run's lock file says (rank 0 writes its pid there as it starts); '' if none."""
+    try:
+        return rundir.lock_path(run_dir).read_text()
+    except OSError:
+        return ""
+
+
+def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir: Path,
+              started: float) -> int:
+    open_mpi = is_open_mpi(exe)
+    cmd = [exe, "-n", str(spec.ranks)]
+    if open_mpi:  # Open MPI refuses more ranks than cores unless told (MPICH never does)
+        cmd += ["--map-by", ":OVERSUBSCRIBE"]
+    cmd += [sys.executable, "-m", "slaq_mpi", "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {shlex.join(cmd)}", flush=True)
     pending: list[int] = []
     child: subprocess.Popen[bytes] | None = None
+    stops: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         if signum == signal.SIGHUP:
             signum = signal.SIGTERM  # the terminal went away: stop gracefully, resumable
+        if open_mpi and signum != signal.SIGUSR1:
+            # Open MPI's launcher kills the ranks on SIGINT or SIGTERM, but passes SIGUSR1 on:
+            # the first stop asks the ranks to stop gracefully, a second one aborts
+            stops.append(signum)
+            if len(stops) == 1:
+                signum = signal.SIGUSR1
         if child is None:
             pending.append(signum)
         else:
@@ -187,10 +223,16 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, started:
         signal.signal(sig, forward)
     # the ranks learn when this run started: a STOP made while they start is kept
     env = {**os.environ, _LAUNCHED_AT: repr(started)}
+    lock_before = _lock_text(run_dir)
     child = subprocess.Popen(cmd, start_new_session=True, env=env)
     for signum in pending:
         child.send_signal(signum)
-    return child.wait()
+    status = child.wait()
+    if status not in (EXIT_DONE, EXIT_BAD_INPUT, EXIT_STOPPED) and _lock_text(run_dir) == lock_before:
+        print(f"slaq: {exe} exited with status {status} before the run started; its message is "
+              "above (see \"MPI launchers\" in the README)", file=sys.stderr, flush=True)
+        return EXIT_ABORTED
+    return status
 
 
 def _check_start(spec: ExperimentSpec, run_dir: Path, resume: bool) -> None:
@@ -227,7 +269,7 @@ def run_command(args: argparse.Namespace) -> int:
         exe = find_mpiexec(args.mpiexec)
         _check_start(spec, run_dir, resume)  # before any rank starts
         rundir.check_free(run_dir)
-        return _relaunch(args, spec, exe, started)
+        return _relaunch(args, spec, exe, run_dir, started)
     started = start_time(started)
     from slaq_mpi import comm
 

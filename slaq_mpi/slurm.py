@@ -97,20 +97,25 @@ def render_sbatch(settings: SlurmSettings, config: str | None = None,
 def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str]:
     q = shlex.quote
     if s.launcher == "srun":
-        launch = ["srun", f"--mpi={s.mpi}", "--kill-on-bad-exit=1", *s.launcher_args]
+        plugin = f"--mpi={q(s.mpi)}" if s.mpi else '--mpi="$MPI_PLUGIN"'
+        launch = ["srun", plugin, "--kill-on-bad-exit=1", *map(q, s.launcher_args)]
     else:
-        launch = [s.mpiexec, "-n", '"$SLURM_NTASKS"', *s.launcher_args]
-    launch_text = " ".join(w if w.startswith('"$') else q(w) for w in launch)
+        launch = [q(s.mpiexec), "-n", '"$SLURM_NTASKS"', *map(q, s.launcher_args)]
     out = ["# --- site setup (slurm.setup): modules, virtualenv ---"]
     out += list(s.setup) or ["# (none)"]
-    out += ["", "set -u", f"PYTHON={q(s.python or 'python3')}", f"LAUNCH=({launch_text})",
+    out += ["", "set -u", f"PYTHON={q(s.python or 'python3')}",
             f"MAX_RESTARTS={s.max_restarts}", f"REQUEUE={'1' if s.requeue else '0'}",
-            'if ! err=$("$PYTHON" -c "import slaq_mpi, mpi4py" 2>&1); then',
-            '    echo "slaq.sbatch: $PYTHON cannot import slaq_mpi here ($(hostname): ${err##*$\'\\n\'});'
+            "# the Python must import slaq-mpi and mpi4py; the MPI library it loads is logged",
+            f'if ! MPI_LIB=$("$PYTHON" -c {q(_MPI_LIBRARY)} 2>&1); then',
+            '    echo "slaq.sbatch: $PYTHON cannot import slaq_mpi here ($(hostname): ${MPI_LIB##*$\'\\n\'});'
             ' set slurm.python to the Python slaq-mpi is installed in, or activate its environment in'
             ' slurm.setup" >&2',
             "    exit 2",
             "fi"]
+    if s.launcher == "srun" and not s.mpi:
+        out += ["# slurm.mpi unset: Open MPI is launched through PMIx, other MPIs through PMI-2",
+                'case $MPI_LIB in *"Open MPI"*) MPI_PLUGIN=pmix ;; *) MPI_PLUGIN=pmi2 ;; esac']
+    out.append(f"LAUNCH=({' '.join(launch)})")
     if config is None:
         out += [
             'CONFIG=${1:?"usage: sbatch slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"}',
@@ -121,6 +126,12 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
         out += [f"CONFIG={q(config)}", f"RUN_DIR={q(run_dir or '')}"]
     out += _SCRIPT.splitlines()
     return out
+
+
+# Prints the first line of the MPI library's version (Open MPI's ends in a NUL byte), without
+# initializing MPI.
+_MPI_LIBRARY = ("import slaq_mpi, mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+                "print(MPI.Get_library_version().split(chr(0))[0].strip().splitlines()[0])")
 
 
 _SCRIPT = r"""
@@ -163,7 +174,15 @@ else
     ARGS=(run "$CONFIG")
 fi
 
-# The step runs in the background so the traps fire while this shell waits for it.
+# The step runs in the background so the traps fire while this shell waits for it. Rank 0
+# writes its pid into the run's lock file (.NAME.lock beside RUN_DIR) as it starts: if the lock
+# file still says what it said before the launch, no rank 0 ever ran (the launch failed).
+lock_text() {
+    local d; d=$(readlink -f "$RUN_DIR")
+    cat "$(dirname "$d")/.$(basename "$d").lock" 2>/dev/null
+}
+say "MPI: $MPI_LIB; launcher: ${LAUNCH[*]}"
+lock_before=$(lock_text)
 "${LAUNCH[@]}" "$PYTHON" -m slaq_mpi "${ARGS[@]}" &
 step=$!
 [ "$stop_requested" = 1 ] && ask_rank0_to_stop   # a signal that came before the launch
@@ -177,6 +196,12 @@ while :; do
 done
 trap - USR1 TERM
 
+if [ "$status" != 0 ] && [ "$status" != 2 ] && [ "$status" != 75 ] &&
+        [ "$(lock_text)" = "$lock_before" ]; then
+    say "the MPI launch failed before the run started (status $status, its message is above):" \
+        "check slurm.mpi (srun --mpi=list) or use launcher: mpiexec (docs/slurm.md)"
+    exit 3
+fi
 case $status in
     0) say "every job done" ;;
     1) say "finished; at least one job failed (see the log and $RUN_DIR/metrics.h5)" ;;

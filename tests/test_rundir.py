@@ -165,13 +165,92 @@ def test_the_launcher_passes_its_start_and_its_signals_to_the_ranks(monkeypatch:
 
     monkeypatch.delenv("SLAQ_LAUNCHED_AT", raising=False)
     monkeypatch.setattr(launch.subprocess, "Popen", FakeChild)
+    monkeypatch.setattr(launch, "is_open_mpi", lambda exe: False)
     monkeypatch.setattr(signal, "signal", lambda sig, h: handlers.__setitem__(sig, h))  # not pytest's
     spec = argparse.Namespace(ranks=3)
     args = argparse.Namespace(resume=None, config="c.yaml")
-    assert launch._relaunch(args, spec, "mpiexec", 123.25) == 0  # type: ignore[arg-type]
+    assert launch._relaunch(args, spec, "mpiexec", Path("run"), 123.25) == 0  # type: ignore[arg-type]
     assert float(seen["SLAQ_LAUNCHED_AT"]) == 123.25
     assert "SLAQ_LAUNCHED_AT" not in os.environ
     assert sent == [signal.SIGINT, signal.SIGTERM]  # a hangup stops the ranks gracefully
+
+
+def _fake_launch(monkeypatch: pytest.MonkeyPatch, run_dir: Path, open_mpi: bool, status: int,
+                 rank0_starts: bool, signals: tuple[int, ...] = ()) -> tuple[int, list[str], list[int]]:
+    """_relaunch with a fake launcher: the command it got, the signals it was sent, its status."""
+    import argparse
+
+    from slaq_mpi import launch
+
+    handlers: dict[int, object] = {}
+    cmds: list[str] = []
+    sent: list[int] = []
+
+    class FakeChild:
+        def __init__(self, cmd: list[str], start_new_session: bool, env: dict[str, str]) -> None:
+            cmds.extend(cmd)
+
+        def send_signal(self, signum: int) -> None:
+            sent.append(signum)
+
+        def wait(self) -> int:
+            if rank0_starts:
+                rundir.hold(run_dir)  # what rank 0 does first
+                rundir._held.pop().close()
+            for sig in signals:
+                handlers[sig](sig, None)  # type: ignore[operator]
+            return status
+
+    monkeypatch.setattr(launch.subprocess, "Popen", FakeChild)
+    monkeypatch.setattr(launch, "is_open_mpi", lambda exe: open_mpi)
+    monkeypatch.setattr(signal, "signal", lambda sig, h: handlers.__setitem__(sig, h))  # not pytest's
+    args = argparse.Namespace(resume=None, config="c.yaml")
+    got = launch._relaunch(args, argparse.Namespace(ranks=8), "mpiexec", run_dir, 1.0)  # type: ignore[arg-type]
+    return got, cmds, sent
+
+
+def test_open_mpi_may_oversubscribe_and_is_stopped_with_usr1(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    # Open MPI's launcher kills its ranks on SIGINT/SIGTERM but passes SIGUSR1 on: the first
+    # stop (Ctrl-C, a hangup, kill) reaches the ranks as USR1, a second Ctrl-C aborts
+    status, cmd, sent = _fake_launch(monkeypatch, tmp_path / "run", True, 75, True,
+                                     (signal.SIGINT, signal.SIGINT))
+    assert status == 75
+    assert cmd[:5] == ["mpiexec", "-n", "8", "--map-by", ":OVERSUBSCRIBE"]
+    assert sent == [signal.SIGUSR1, signal.SIGINT]
+    _, _, sent = _fake_launch(monkeypatch, tmp_path / "run", True, 75, True, (signal.SIGHUP,))
+    assert sent == [signal.SIGUSR1]
+    status, cmd, sent = _fake_launch(monkeypatch, tmp_path / "run", False, 75, True, (signal.SIGINT,))
+    assert "--map-by" not in cmd and sent == [signal.SIGINT]  # MPICH passes SIGINT on
+
+
+@pytest.mark.parametrize(("rank0_starts", "status", "want"), [
+    (False, 1, 3),  # the launcher failed (too few slots, no PMI, ...): no rank 0 ever ran
+    (True, 1, 1),   # the run started and a job failed
+    (False, 2, 2),  # bad input found by the ranks
+])
+def test_a_launch_that_never_started_the_run_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     rank0_starts: bool, status: int, want: int) -> None:
+    run_dir = tmp_path / "run"
+    rundir.check_free(run_dir)  # as slaq run does before the launch: the lock file exists, empty
+    got, _, _ = _fake_launch(monkeypatch, run_dir, False, status, rank0_starts)
+    assert got == want
+    said = "mpiexec exited with status 1 before the run started" in capsys.readouterr().err
+    assert said == (want == 3)
+
+
+def test_open_mpi_is_recognized_by_its_version_line(tmp_path: Path) -> None:
+    from slaq_mpi.launch import is_open_mpi
+
+    for name, line, want in (("ompi4", "mpiexec (OpenRTE) 4.1.4", True),
+                             ("ompi5", "mpirun (Open MPI) 5.0.7", True),
+                             ("hydra", "HYDRA build details:", False)):
+        exe = tmp_path / name
+        exe.write_text(f'#!/bin/sh\necho "{line}"\n')
+        exe.chmod(0o755)
+        assert is_open_mpi(str(exe)) is want
+    assert is_open_mpi(str(tmp_path / "missing")) is False
 
 
 @pytest.mark.parametrize(("argv", "env", "kept"), [

@@ -71,7 +71,7 @@ def test_shipped_script_has_the_documented_directives() -> None:
     directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
     for want in ("--signal=B:USR1@120", "--requeue", "--open-mode=append", "--ntasks=8", "--nodes=1"):
         assert f"#SBATCH {want}" in directives
-    assert "LAUNCH=(srun --mpi=pmi2 --kill-on-bad-exit=1)" in text
+    assert 'LAUNCH=(srun --mpi="$MPI_PLUGIN" --kill-on-bad-exit=1)' in text  # chosen in the job
     assert os.access(ROOT / "slurm" / "slaq.sbatch", os.X_OK)
     assert subprocess.run(["bash", "-n", str(ROOT / "slurm" / "slaq.sbatch")]).returncode == 0
 
@@ -103,7 +103,7 @@ def test_rendered_scripts_are_valid_bash() -> None:
 
 def test_defaults_follow_the_experiment() -> None:
     s = settings_from_mapping({}, ranks=12, epoch_seconds=60.0, name="exp1")
-    assert (s.ntasks, s.job_name, s.launcher, s.mpi) == (12, "exp1", "srun", "pmi2")
+    assert (s.ntasks, s.job_name, s.launcher, s.mpi) == (12, "exp1", "srun", "")
     assert s.signal_lead == 180  # three epochs when that exceeds the 120 s default
 
 
@@ -399,9 +399,14 @@ FAKE_MPIEXEC = """\
 # Fake launcher: records its arguments, then behaves as $FAKE_MODE says.
 echo "$*" >> "$FAKE_LOG/launch"
 run_dir=$FAKE_RUN_DIR
+# rank 0 writes its pid into the lock file beside the run directory as it starts
+if [ "$FAKE_MODE" != launch-fail ]; then
+    mkdir -p "$(dirname "$run_dir")"; echo "pid $$" > "$(dirname "$run_dir")/.$(basename "$run_dir").lock"
+fi
 case $FAKE_MODE in
     done) exit 0 ;;
     fail) exit 1 ;;
+    launch-fail) echo "launcher: no ranks started" >&2; exit 1 ;;
     stop) exit 75 ;;
     wait-stop)
         mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"; touch "$FAKE_LOG/started"
@@ -476,6 +481,42 @@ def test_script_resumes_when_state_exists(fake_cluster: dict[str, Any]) -> None:
     launched = f"-n 4 {sys.executable} -m slaq_mpi run --resume {run_dir}"
     assert _lines(fake_cluster["logs"] / "launch") == [launched]
     assert not (run_dir / "STOP").exists()
+
+
+def test_script_says_when_the_launch_failed_before_the_run(fake_cluster: dict[str, Any]) -> None:
+    for mode, status in (("launch-fail", 3), ("fail", 1)):  # no rank 0 ran / a job failed
+        proc = _run_script(fake_cluster, mode)
+        assert proc.returncode == status, proc.stdout + proc.stderr
+        said = "the MPI launch failed before the run started (status 1" in proc.stdout
+        assert said == (mode == "launch-fail"), proc.stdout
+        assert ("at least one job failed" in proc.stdout) == (mode == "fail"), proc.stdout
+    assert _lines(fake_cluster["logs"] / "scontrol") == []
+
+
+@pytest.mark.parametrize(("library", "plugin"), [
+    ("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4", "pmix"),
+    ("MPICH Version:      5.0.2", "pmi2"),
+])
+def test_script_picks_srun_mpi_plugin_from_the_mpi_library(tmp_path: Path, library: str,
+                                                           plugin: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fakes = {
+        # the job's Python: answers the import check with the MPI library's version line
+        "python": f'#!/bin/bash\n[ "$1" = -c ] && echo "{library}"\nexit 0\n',
+        "srun": '#!/bin/bash\necho "$*" >> "$FAKE_LOG/launch"\n',
+    }
+    for name, text in fakes.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    settings = settings_from_mapping({"python": str(bin_dir / "python")}, ranks=4)
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_sbatch(settings, config=str(tmp_path / "c.yaml"), run_dir=str(tmp_path / "run")))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(tmp_path)}
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    launched = _lines(tmp_path / "launch")
+    assert len(launched) == 1 and launched[0].startswith(f"--mpi={plugin} --kill-on-bad-exit=1 "), launched
+    assert f"MPI: {library}; launcher: srun --mpi={plugin}" in proc.stdout
 
 
 def test_script_requeues_after_a_graceful_stop(fake_cluster: dict[str, Any]) -> None:
