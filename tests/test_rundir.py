@@ -140,55 +140,24 @@ def test_the_start_is_when_slaq_run_launched_the_ranks(monkeypatch: pytest.Monke
     assert start_time(100.0) == 100.0
 
 
-def test_the_launcher_passes_its_start_and_its_signals_to_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """slaq run passes when it started to mpiexec's environment, not to its own (a second
-    run from the same Python process must not inherit the first one's start)."""
-    import argparse
-
-    from slaq_mpi import launch
-
-    seen: dict[str, str] = {}
-    handlers: dict[int, object] = {}
-    sent: list[int] = []
-
-    class FakeChild:
-        def __init__(self, cmd: list[str], start_new_session: bool, env: dict[str, str]) -> None:
-            seen.update(env)
-
-        def send_signal(self, signum: int) -> None:
-            sent.append(signum)
-
-        def wait(self) -> int:
-            for sig in (signal.SIGINT, signal.SIGHUP):  # Ctrl-C; the terminal closed
-                handlers[sig](sig, None)  # type: ignore[operator]
-            return 0
-
-    monkeypatch.delenv("SLAQ_LAUNCHED_AT", raising=False)
-    monkeypatch.setattr(launch.subprocess, "Popen", FakeChild)
-    monkeypatch.setattr(launch, "is_open_mpi", lambda exe: False)
-    monkeypatch.setattr(signal, "signal", lambda sig, h: handlers.__setitem__(sig, h))  # not pytest's
-    spec = argparse.Namespace(ranks=3)
-    args = argparse.Namespace(resume=None, config="c.yaml")
-    assert launch._relaunch(args, spec, "mpiexec", Path("run"), 123.25) == 0  # type: ignore[arg-type]
-    assert float(seen["SLAQ_LAUNCHED_AT"]) == 123.25
-    assert "SLAQ_LAUNCHED_AT" not in os.environ
-    assert sent == [signal.SIGINT, signal.SIGTERM]  # a hangup stops the ranks gracefully
-
-
 def _fake_launch(monkeypatch: pytest.MonkeyPatch, run_dir: Path, open_mpi: bool, status: int,
-                 rank0_starts: bool, signals: tuple[int, ...] = ()) -> tuple[int, list[str], list[int]]:
-    """_relaunch with a fake launcher: the command it got, the signals it was sent, its status."""
+                 rank0_starts: bool, signals: tuple[int, ...] = (), env: dict[str, str] | None = None,
+                 started: float = 1.0) -> tuple[int, list[str], list[int]]:
+    """_relaunch with a fake launcher: its status, the command it got, the signals it was sent
+    (and the launcher's environment in ``env``)."""
     import argparse
 
     from slaq_mpi import launch
 
     handlers: dict[int, object] = {}
+    seen = env if env is not None else {}
     cmds: list[str] = []
     sent: list[int] = []
 
     class FakeChild:
         def __init__(self, cmd: list[str], start_new_session: bool, env: dict[str, str]) -> None:
             cmds.extend(cmd)
+            seen.update(env)
 
         def send_signal(self, signum: int) -> None:
             sent.append(signum)
@@ -205,8 +174,23 @@ def _fake_launch(monkeypatch: pytest.MonkeyPatch, run_dir: Path, open_mpi: bool,
     monkeypatch.setattr(launch, "is_open_mpi", lambda exe: open_mpi)
     monkeypatch.setattr(signal, "signal", lambda sig, h: handlers.__setitem__(sig, h))  # not pytest's
     args = argparse.Namespace(resume=None, config="c.yaml")
-    got = launch._relaunch(args, argparse.Namespace(ranks=8), "mpiexec", run_dir, 1.0)  # type: ignore[arg-type]
+    got = launch._relaunch(args, argparse.Namespace(ranks=8), "mpiexec", run_dir,  # type: ignore[arg-type]
+                           started)
     return got, cmds, sent
+
+
+def test_the_launcher_passes_its_start_and_its_signals_to_the_ranks(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    """slaq run passes when it started to mpiexec's environment, not to its own (a second
+    run from the same Python process must not inherit the first one's start)."""
+    monkeypatch.delenv("SLAQ_LAUNCHED_AT", raising=False)
+    env: dict[str, str] = {}
+    status, _, sent = _fake_launch(monkeypatch, tmp_path / "run", False, 0, True,
+                                   (signal.SIGINT, signal.SIGHUP), env, 123.25)  # Ctrl-C; hangup
+    assert status == 0
+    assert float(env["SLAQ_LAUNCHED_AT"]) == 123.25
+    assert "SLAQ_LAUNCHED_AT" not in os.environ
+    assert sent == [signal.SIGINT, signal.SIGTERM]  # a hangup stops the ranks gracefully
 
 
 def test_open_mpi_may_oversubscribe_and_is_stopped_with_usr1(monkeypatch: pytest.MonkeyPatch,
