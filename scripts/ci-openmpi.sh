@@ -12,9 +12,9 @@ not_run() { echo "ci-openmpi: Open MPI tier NOT RUN: $*"; exit 0; }
 
 if ! command -v mpicc >/dev/null || ! mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
     command -v apt-get >/dev/null || not_run "no apt-get to install Open MPI"
-    echo "ci-openmpi: installing openmpi-bin libopenmpi-dev"
+    echo "ci-openmpi: installing openmpi-bin libopenmpi-dev gcc (mpicc calls gcc)"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends openmpi-bin libopenmpi-dev >/dev/null; } || not_run "apt-get failed"
+        --no-install-recommends openmpi-bin libopenmpi-dev gcc >/dev/null; } || not_run "apt-get failed"
 fi
 python3 -m venv "$venv" || not_run "python3 -m venv failed"
 # build mpi4py against the system Open MPI (no cached wheel built for another MPI)
