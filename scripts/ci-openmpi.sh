@@ -21,4 +21,5 @@ python3 -m venv "$venv" || not_run "python3 -m venv failed"
 "$venv/bin/pip" install -q --no-cache-dir --no-binary=mpi4py mpi4py || not_run "mpi4py did not build"
 "$venv/bin/pip" install -q "$here" pytest || not_run "pip install failed"
 "$venv/bin/python" -c "from mpi4py import MPI; print('ci-openmpi:', MPI.Get_library_version().split(chr(0))[0].splitlines()[0])"
-cd "$here" && "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_runtime_mpi.py tests/test_solvers_mpi.py
+cd "$here" && "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_runtime_mpi.py tests/test_solvers_mpi.py \
+    "tests/test_faults_mpi.py::test_signal_stops_then_resume_finishes_exactly"

@@ -201,17 +201,21 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {shlex.join(cmd)}", flush=True)
     pending: list[int] = []
     child: subprocess.Popen[bytes] | None = None
-    stops: list[int] = []
+    stops: list[int] = []  # every stop signal received
+    held: list[int] = []  # Open MPI: the graceful stop, until every rank can take it
 
     def forward(signum: int, _frame: object) -> None:
         if signum == signal.SIGHUP:
             signum = signal.SIGTERM  # the terminal went away: stop gracefully, resumable
-        if open_mpi and signum != signal.SIGUSR1:
-            # Open MPI's launcher kills the ranks on SIGINT or SIGTERM, but passes SIGUSR1 on:
-            # the first stop asks the ranks to stop gracefully, a second one aborts
-            stops.append(signum)
+        stops.append(signum)
+        if open_mpi:
+            # Open MPI's launcher kills the ranks on SIGINT or SIGTERM but passes SIGUSR1 on:
+            # the first stop asks the ranks to stop gracefully, a second one aborts. SIGUSR1
+            # would kill a rank (or mpiexec) still starting: it waits until rank 0 has begun.
             if len(stops) == 1:
-                signum = signal.SIGUSR1
+                held.append(signal.SIGUSR1)
+                return
+            held.clear()
         if child is None:
             pending.append(signum)
         else:
@@ -223,12 +227,16 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
         signal.signal(sig, forward)
     # the ranks learn when this run started: a STOP made while they start is kept
     env = {**os.environ, _LAUNCHED_AT: repr(started)}
-    lock_before = _lock_text(run_dir)
+    lock_before = _lock_text(run_dir)  # rank 0 writes its pid there once every rank is up
     child = subprocess.Popen(cmd, start_new_session=True, env=env)
     for signum in pending:
         child.send_signal(signum)
-    status = child.wait()
-    if status not in (EXIT_DONE, EXIT_BAD_INPUT, EXIT_STOPPED) and _lock_text(run_dir) == lock_before:
+    while (status := child.poll()) is None:
+        if held and _lock_text(run_dir) != lock_before:
+            child.send_signal(held.pop())
+        time.sleep(0.1)
+    if (status not in (EXIT_DONE, EXIT_BAD_INPUT, EXIT_STOPPED) and not stops
+            and _lock_text(run_dir) == lock_before):
         print(f"slaq: {exe} exited with status {status} before the run started; its message is "
               "above (see \"MPI launchers\" in the README)", file=sys.stderr, flush=True)
         return EXIT_ABORTED

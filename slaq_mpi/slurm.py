@@ -62,7 +62,8 @@ _HEADER = """\
 # below creates RUN_DIR/STOP, rank 0 finishes the epoch, checkpoints every job and exits 75, and
 # this script requeues the job (not after scancel). A restart finds RUN_DIR/state.json and
 # resumes from it. Exit 0: every job done; 1: a job failed; 2: bad input (or RUN_DIR in use);
-# 3: aborted on an error; 75: stopped, not requeued.
+# 3: aborted on an error, or the MPI launch failed before the run started; 75: stopped, not
+# requeued.
 """
 
 
@@ -113,8 +114,12 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
             "    exit 2",
             "fi"]
     if s.launcher == "srun" and not s.mpi:
-        out += ["# slurm.mpi unset: Open MPI is launched through PMIx, other MPIs through PMI-2",
-                'case $MPI_LIB in *"Open MPI"*) MPI_PLUGIN=pmix ;; *) MPI_PLUGIN=pmi2 ;; esac']
+        out += ["# slurm.mpi unset: Open MPI is launched through PMIx (if this Slurm has it), other",
+                "# MPIs through PMI-2",
+                "MPI_PLUGIN=pmi2",
+                'case $MPI_LIB in *"Open MPI"*)',
+                '    srun --mpi=list 2>&1 | grep -qw pmix && MPI_PLUGIN=pmix ;;',
+                "esac"]
     out.append(f"LAUNCH=({' '.join(launch)})")
     if config is None:
         out += [
@@ -124,7 +129,9 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
         ]
     else:
         out += [f"CONFIG={q(config)}", f"RUN_DIR={q(run_dir or '')}"]
-    out += _SCRIPT.splitlines()
+    advice = ("check slurm.mpi (srun --mpi=list) or use launcher: mpiexec" if s.launcher == "srun"
+              else "check the mpiexec and launcher_args of the slurm: section")
+    out += _SCRIPT.replace("LAUNCH_ADVICE", advice).splitlines()
     return out
 
 
@@ -196,10 +203,10 @@ while :; do
 done
 trap - USR1 TERM
 
-if [ "$status" != 0 ] && [ "$status" != 2 ] && [ "$status" != 75 ] &&
+if [ "$status" != 0 ] && [ "$status" != 2 ] && [ "$status" != 75 ] && [ "$stop_requested" = 0 ] &&
         [ "$(lock_text)" = "$lock_before" ]; then
     say "the MPI launch failed before the run started (status $status, its message is above):" \
-        "check slurm.mpi (srun --mpi=list) or use launcher: mpiexec (docs/slurm.md)"
+        "LAUNCH_ADVICE (docs/slurm.md)"
     exit 3
 fi
 case $status in

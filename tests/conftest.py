@@ -29,10 +29,9 @@ def run_mpi(n: int, args: list[str], cwd: Path | None = None, timeout: float = 3
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), full_env.get("PYTHONPATH", "")])
     cmd = [exe, "-n", str(n)]
-    if _open_mpi(exe):  # the tier also runs against a site Open MPI (mpi4py built for it)
+    if open_mpi(exe):  # the tier also runs against a site Open MPI (mpi4py built for it)
         cmd += ["--map-by", ":OVERSUBSCRIBE"]
-        if os.geteuid() == 0:  # a container or CI machine
-            full_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        full_env.update(ROOT_OK)
     return subprocess.run(
         [*cmd, sys.executable, *args],
         cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
@@ -40,16 +39,22 @@ def run_mpi(n: int, args: list[str], cwd: Path | None = None, timeout: float = 3
 
 
 @functools.cache
-def _open_mpi(exe: str) -> bool:
+def open_mpi(exe: str) -> bool:
+    """Whether ``exe`` is Open MPI's launcher (cached)."""
     from slaq_mpi.launch import is_open_mpi
 
     return is_open_mpi(exe)
 
 
+# Open MPI's mpiexec refuses to run as root without these (a container or CI machine); MPICH
+# ignores them.
+ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
+
+
 def run_slaq(args: list[str], cwd: Path | None = None, timeout: float = 300,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the ``slaq`` CLI (``python -m slaq_mpi``) as a subprocess."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**os.environ, **ROOT_OK, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), full_env.get("PYTHONPATH", "")])
     return subprocess.run(
         [sys.executable, "-m", "slaq_mpi", *args],

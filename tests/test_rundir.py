@@ -142,15 +142,17 @@ def test_the_start_is_when_slaq_run_launched_the_ranks(monkeypatch: pytest.Monke
 
 def _fake_launch(monkeypatch: pytest.MonkeyPatch, run_dir: Path, open_mpi: bool, status: int,
                  rank0_starts: bool, signals: tuple[int, ...] = (), env: dict[str, str] | None = None,
-                 started: float = 1.0) -> tuple[int, list[str], list[int]]:
+                 started: float = 1.0, early: tuple[int, ...] = ()) -> tuple[int, list[str], list[int]]:
     """_relaunch with a fake launcher: its status, the command it got, the signals it was sent
-    (and the launcher's environment in ``env``)."""
+    (and the launcher's environment in ``env``). ``early`` signals come while the ranks start,
+    ``signals`` once rank 0 has begun (if it does)."""
     import argparse
 
     from slaq_mpi import launch
 
     handlers: dict[int, object] = {}
     seen = env if env is not None else {}
+    polls: list[int] = []
     cmds: list[str] = []
     sent: list[int] = []
 
@@ -162,12 +164,19 @@ def _fake_launch(monkeypatch: pytest.MonkeyPatch, run_dir: Path, open_mpi: bool,
         def send_signal(self, signum: int) -> None:
             sent.append(signum)
 
-        def wait(self) -> int:
-            if rank0_starts:
-                rundir.hold(run_dir)  # what rank 0 does first
-                rundir._held.pop().close()
-            for sig in signals:
-                handlers[sig](sig, None)  # type: ignore[operator]
+        def poll(self) -> int | None:
+            polls.append(1)
+            if len(polls) == 1:  # the ranks are starting
+                for sig in early:
+                    handlers[sig](sig, None)  # type: ignore[operator]
+                return None
+            if len(polls) == 2:  # rank 0 has begun
+                if rank0_starts:
+                    rundir.hold(run_dir)  # what rank 0 does first
+                    rundir._held.pop().close()
+                for sig in signals:
+                    handlers[sig](sig, None)  # type: ignore[operator]
+                return None
             return status
 
     monkeypatch.setattr(launch.subprocess, "Popen", FakeChild)
@@ -195,30 +204,39 @@ def test_the_launcher_passes_its_start_and_its_signals_to_the_ranks(monkeypatch:
 
 def test_open_mpi_may_oversubscribe_and_is_stopped_with_usr1(monkeypatch: pytest.MonkeyPatch,
                                                              tmp_path: Path) -> None:
+    # (each launch its own run directory: rank 0's lock text names its pid and the second)
     # Open MPI's launcher kills its ranks on SIGINT/SIGTERM but passes SIGUSR1 on: the first
     # stop (Ctrl-C, a hangup, kill) reaches the ranks as USR1, a second Ctrl-C aborts
-    status, cmd, sent = _fake_launch(monkeypatch, tmp_path / "run", True, 75, True,
-                                     (signal.SIGINT, signal.SIGINT))
+    status, cmd, sent = _fake_launch(monkeypatch, tmp_path / "run1", True, 75, True, (signal.SIGINT,))
     assert status == 75
     assert cmd[:5] == ["mpiexec", "-n", "8", "--map-by", ":OVERSUBSCRIBE"]
-    assert sent == [signal.SIGUSR1, signal.SIGINT]
-    _, _, sent = _fake_launch(monkeypatch, tmp_path / "run", True, 75, True, (signal.SIGHUP,))
     assert sent == [signal.SIGUSR1]
-    status, cmd, sent = _fake_launch(monkeypatch, tmp_path / "run", False, 75, True, (signal.SIGINT,))
+    _, _, sent = _fake_launch(monkeypatch, tmp_path / "run2", True, 75, True, (signal.SIGINT, signal.SIGINT))
+    assert sent == [signal.SIGINT]  # Ctrl-C twice: abort
+    _, _, sent = _fake_launch(monkeypatch, tmp_path / "run3", True, 75, True, (signal.SIGHUP,))
+    assert sent == [signal.SIGUSR1]
+    status, cmd, sent = _fake_launch(monkeypatch, tmp_path / "run4", False, 75, True, (signal.SIGINT,))
     assert "--map-by" not in cmd and sent == [signal.SIGINT]  # MPICH passes SIGINT on
+    # a stop while the ranks start waits for rank 0: SIGUSR1 would kill a rank still starting
+    status, _, sent = _fake_launch(monkeypatch, tmp_path / "run5", True, 75, True, early=(signal.SIGINT,))
+    assert status == 75 and sent == [signal.SIGUSR1]
+    # a kill -USR1 counts as the first stop: the next Ctrl-C aborts
+    _, _, sent = _fake_launch(monkeypatch, tmp_path / "run6", True, 75, True, (signal.SIGUSR1, signal.SIGINT))
+    assert sent == [signal.SIGINT]
 
 
-@pytest.mark.parametrize(("rank0_starts", "status", "want"), [
-    (False, 1, 3),  # the launcher failed (too few slots, no PMI, ...): no rank 0 ever ran
-    (True, 1, 1),   # the run started and a job failed
-    (False, 2, 2),  # bad input found by the ranks
+@pytest.mark.parametrize(("rank0_starts", "status", "early", "want"), [
+    (False, 1, (), 3),  # the launcher failed (too few slots, no PMI, ...): no rank 0 ever ran
+    (True, 1, (), 1),   # the run started and a job failed
+    (False, 2, (), 2),  # bad input found by the ranks
+    (False, 130, (signal.SIGINT,), 130),  # stopped by hand while starting: not a failed launch
 ])
 def test_a_launch_that_never_started_the_run_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str],
-                                                     rank0_starts: bool, status: int, want: int) -> None:
+                                                     capsys: pytest.CaptureFixture[str], rank0_starts: bool,
+                                                     status: int, early: tuple[int, ...], want: int) -> None:
     run_dir = tmp_path / "run"
     rundir.check_free(run_dir)  # as slaq run does before the launch: the lock file exists, empty
-    got, _, _ = _fake_launch(monkeypatch, run_dir, False, status, rank0_starts)
+    got, _, _ = _fake_launch(monkeypatch, run_dir, False, status, rank0_starts, early=early)
     assert got == want
     said = "mpiexec exited with status 1 before the run started" in capsys.readouterr().err
     assert said == (want == 3)

@@ -493,18 +493,21 @@ def test_script_says_when_the_launch_failed_before_the_run(fake_cluster: dict[st
     assert _lines(fake_cluster["logs"] / "scontrol") == []
 
 
-@pytest.mark.parametrize(("library", "plugin"), [
-    ("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4", "pmix"),
-    ("MPICH Version:      5.0.2", "pmi2"),
+@pytest.mark.parametrize(("library", "plugins", "plugin"), [
+    ("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4", "pmix pmi2", "pmix"),
+    ("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4", "pmi2", "pmi2"),  # no PMIx here
+    ("MPICH Version:      5.0.2", "pmix pmi2", "pmi2"),
 ])
-def test_script_picks_srun_mpi_plugin_from_the_mpi_library(tmp_path: Path, library: str,
+def test_script_picks_srun_mpi_plugin_from_the_mpi_library(tmp_path: Path, library: str, plugins: str,
                                                            plugin: str) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fakes = {
         # the job's Python: answers the import check with the MPI library's version line
         "python": f'#!/bin/bash\n[ "$1" = -c ] && echo "{library}"\nexit 0\n',
-        "srun": '#!/bin/bash\necho "$*" >> "$FAKE_LOG/launch"\n',
+        "srun": ('#!/bin/bash\nif [ "$1" = --mpi=list ]; then\n'
+                 f'    echo "MPI plugin types are..."; for p in none {plugins}; do echo "\t$p"; done\n'
+                 '    exit 0\nfi\necho "$*" >> "$FAKE_LOG/launch"\n'),
     }
     for name, text in fakes.items():
         (bin_dir / name).write_text(text)
