@@ -121,6 +121,9 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
                 '    srun --mpi=list 2>&1 | grep -qw pmix && MPI_PLUGIN=pmix ;;',
                 "esac"]
     out.append(f"LAUNCH=({' '.join(launch)})")
+    advice = ("check slurm.mpi (srun --mpi=list) or use launcher: mpiexec" if s.launcher == "srun"
+              else "check the mpiexec and launcher_args of the slurm: section")
+    out.append(f"LAUNCH_ADVICE={q(advice)}   # said if the launch fails before the run starts")
     if config is None:
         out += [
             'CONFIG=${1:?"usage: sbatch slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"}',
@@ -129,9 +132,7 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
         ]
     else:
         out += [f"CONFIG={q(config)}", f"RUN_DIR={q(run_dir or '')}"]
-    advice = ("check slurm.mpi (srun --mpi=list) or use launcher: mpiexec" if s.launcher == "srun"
-              else "check the mpiexec and launcher_args of the slurm: section")
-    out += _SCRIPT.replace("LAUNCH_ADVICE", advice).splitlines()
+    out += _SCRIPT.splitlines()
     return out
 
 
@@ -206,7 +207,7 @@ trap - USR1 TERM
 if [ "$status" != 0 ] && [ "$status" != 2 ] && [ "$status" != 75 ] && [ "$stop_requested" = 0 ] &&
         [ "$(lock_text)" = "$lock_before" ]; then
     say "the MPI launch failed before the run started (status $status, its message is above):" \
-        "LAUNCH_ADVICE (docs/slurm.md)"
+        "$LAUNCH_ADVICE (docs/slurm.md)"
     exit 3
 fi
 case $status in

@@ -63,7 +63,7 @@ class SlurmSettings:
     account: str | None = None
     qos: str | None = None
     launcher: str = "srun"
-    mpi: str = ""  # "": chosen in the job, pmix for Open MPI, else pmi2
+    mpi: str = ""  # "": chosen in the job: pmix for Open MPI if srun offers it, else pmi2
     mpiexec: str = "mpiexec"
     launcher_args: tuple[str, ...] = ()
     signal_lead: int = _DEFAULT_LEAD
