@@ -61,10 +61,13 @@ def add_cli(subparsers: Any) -> None:
 
 
 def _check_output(out: Path) -> None:
-    """Refuse an output path that can only fail, before anything is written."""
+    """Refuse an output path that exists or can only fail, before anything is written."""
     if out.is_dir():
         raise ConfigError("out", str(out), "is a directory; give the HDF5 file to write, e.g. "
                           f"{out / 'data.h5'}")
+    if out.exists() or out.is_symlink():
+        raise ConfigError("out", str(out), "already exists; data make and convert never replace "
+                          "a file: remove it first or give a new path")
     check_writable(out.parent, "out", out)
 
 

@@ -224,15 +224,15 @@ def test_convert_csv_and_npy(tmp_path: Path, capsys) -> None:
     np.testing.assert_array_equal(shard.X, [[1, 2], [3, 4], [5, 6]])
     np.testing.assert_array_equal(shard.y, [0, 1, 1])
     src.write_text("1,2\n3,zz\n")
-    assert slaq_main(["data", "convert", str(src), str(out)]) == 2
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "bad.h5")]) == 2
     assert f"{src}:2: column 1 is 'zz'" in capsys.readouterr().err
     arr = np.arange(12.0).reshape(4, 3)
     np.save(tmp_path / "a.npy", arr)
-    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out)]) == 0
-    np.testing.assert_array_equal(read_shard(out, 1, 2).X, arr[2:])
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(tmp_path / "a.h5")]) == 0
+    np.testing.assert_array_equal(read_shard(tmp_path / "a.h5", 1, 2).X, arr[2:])
     arr[3, 1] = np.inf
     np.save(tmp_path / "a.npy", arr)
-    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out)]) == 2
+    assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(tmp_path / "inf.h5")]) == 2
     assert "a.npy: row 3: non-finite value" in capsys.readouterr().err
 
 
@@ -262,6 +262,7 @@ def test_npy_label_column_out_of_range_and_both_label_sources(tmp_path: Path, ca
         assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out), "--label-column", col]) == 2
         assert "--label-column" in capsys.readouterr().err
     assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out), "--label-column", "-3"]) == 0
+    out = tmp_path / "o2.h5"
     assert slaq_main(["data", "convert", str(tmp_path / "a.npy"), str(out), "--label-column", "0",
                       "--labels", str(tmp_path / "y.npy")]) == 2
     assert "not both" in capsys.readouterr().err
@@ -380,6 +381,26 @@ def test_convert_refuses_to_write_over_its_input(tmp_path: Path, capsys) -> None
     assert src.read_text() == text and (tmp_path / "hard.csv").read_text() == text
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.zeros(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "h.csv", "hard.csv", "link.csv", "y.npy"]
+
+
+def test_make_and_convert_never_replace_an_existing_file(tmp_path: Path, capsys) -> None:
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("keep: me\n")
+    src = tmp_path / "h.csv"
+    src.write_text("a,y\n1,0\n2,1\n")
+    made = tmp_path / "made.h5"
+    assert slaq_main(["data", "make", "blobs", str(made), "--rows", "10", "--features", "2"]) == 0
+    before = made.read_bytes()
+    capsys.readouterr()
+    for args in (["make", "blobs", str(notes), "--rows", "10", "--features", "2"],
+                 ["make", "blobs", str(made), "--rows", "20", "--features", "3"],
+                 ["convert", str(src), str(notes), "--label-column", "-1"],
+                 ["convert", str(src), str(made), "--label-column", "-1"]):
+        assert slaq_main(["data", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "already exists" in err and "remove it first" in err, err
+    assert notes.read_text() == "keep: me\n" and made.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.csv", "made.h5", "notes.yaml"]
 
 
 @pytest.mark.parametrize("features", ["0", "-3"])
