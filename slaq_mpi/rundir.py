@@ -74,7 +74,8 @@ def _holder(lock: Path) -> str | None:
 def check_fresh(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) -> None:
     """Refuse ``path`` as the directory of a fresh run, which first moves whatever ``path``
     holds aside (:func:`move_aside`): it must not be inside the directory of a running slaq
-    run, nor hold one, nor hold any of ``inputs`` (the data and solver files the run reads).
+    run, nor hold one, nor hold any of ``inputs`` (the data and solver files the run reads),
+    and if it is not empty it must hold an earlier run or simulation (never a user's own files).
 
     Raises:
         ConfigError: naming ``key`` and what is in the way.
@@ -99,6 +100,23 @@ def check_fresh(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) -
                     inner = Path(root) / name[1:-len(".lock")]
                     raise ConfigError(key, str(path), f"holds {inner}, the directory of a running "
                                       f"slaq run ({holder}); give this run a directory of its own")
+    _check_is_output(where, key, path)
+
+
+RUN_FILES = ("config.yaml", "state.json", "metrics.h5")  # a slaq run directory holds one of these
+
+
+def _check_is_output(where: Path, key: str, path: str | Path) -> None:
+    """Refuse a non-empty directory that holds neither a slaq run nor a simulation's output
+    (``<policy>/metrics.h5``): :func:`move_aside` would move someone's own files away."""
+    entries = sorted(where.iterdir(), key=lambda e: (e.name.startswith("."), e.name))
+    if not entries or any((where / name).exists() for name in RUN_FILES):
+        return
+    if any((e / "metrics.h5").is_file() for e in entries if e.is_dir()):
+        return
+    shown = ", ".join(e.name for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
+    raise ConfigError(key, str(path), f"holds files that are not a slaq run ({shown}); an earlier "
+                      "run is moved aside, other files never: give an empty or new directory")
 
 
 def check_free(run_dir: str | Path) -> None:

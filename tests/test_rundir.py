@@ -295,10 +295,41 @@ def test_a_fresh_run_never_moves_a_live_run_or_its_own_inputs(tmp_path: Path) ->
             rundir.check_fresh(tmp_path, "output_dir")
     finally:
         held.close()
-    rundir.check_fresh(runs, "output_dir")  # no longer running: an old run moves aside as usual
+    with pytest.raises(ConfigError, match=r"holds files that are not a slaq run \(med, \.med\.lock\)"):
+        rundir.check_fresh(runs, "output_dir")  # no longer running, but runs/ is not itself a run
+    (live / "config.yaml").write_text("name: med\n")
+    rundir.check_fresh(live, "output_dir")  # an old run moves aside as usual
     with pytest.raises(ConfigError, match="holds .*train.h5, which this run reads"):
         rundir.check_fresh(tmp_path / "exp", "output_dir", [data])
     rundir.check_fresh(tmp_path / "out", "output_dir", [data])
+
+
+def test_a_fresh_run_moves_aside_only_an_earlier_run_or_simulation(tmp_path: Path) -> None:
+    own = tmp_path / "thesis"
+    own.mkdir()
+    (own / "thesis.tex").write_text("x")
+    (own / "figs").mkdir()
+    with pytest.raises(ConfigError, match=r"holds files that are not a slaq run \(figs, thesis.tex\); "
+                       "an earlier run is moved aside, other files never"):
+        rundir.check_fresh(own, "output_dir")
+    with pytest.raises(ConfigError, match="not a slaq run"), rundir.fresh_output(own, "--out"):
+        pass
+    assert sorted(p.name for p in own.iterdir()) == ["figs", "thesis.tex"]
+    (tmp_path / "empty").mkdir()
+    for name in rundir.RUN_FILES:  # a real run (config.yaml is written first)
+        run = tmp_path / name
+        run.mkdir()
+        (run / name).write_text("x")
+        (run / "notes.txt").write_text("mine, inside the run")
+        rundir.check_fresh(run, "output_dir")
+    sim = tmp_path / "sim"
+    (sim / "slaq").mkdir(parents=True)
+    (sim / "slaq" / "metrics.h5").write_text("x")
+    (sim / "avg_normalized_loss.png").write_text("x")
+    for ok in (tmp_path / "empty", sim, tmp_path / "new"):
+        rundir.check_fresh(ok, "output_dir")
+    with rundir.fresh_output(sim, "--out") as aside:
+        assert aside is not None and (aside / "slaq" / "metrics.h5").is_file()
 
 
 @pytest.mark.parametrize("kind", ["file", "dir", "dir with a file"])
