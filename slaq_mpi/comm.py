@@ -164,11 +164,12 @@ def all_true(flag: bool) -> bool:
     return bool(result[0])
 
 
-def root_flag(flag: bool) -> bool:
-    """Collective over the world: every rank gets rank 0's ``flag`` (the others pass any)."""
-    value = np.array([1 if flag else 0], dtype=np.int8)
-    _wait(_WORLD.Ibcast(value, root=0))
-    return bool(value[0])
+def root_value(value: int) -> int:
+    """Collective over the world: every rank gets rank 0's small integer ``value`` (the
+    others pass any)."""
+    buf = np.array([value], dtype=np.int32)
+    _wait(_WORLD.Ibcast(buf, root=0))
+    return int(buf[0])
 
 
 def broadcast_plan(plan: Any) -> None:

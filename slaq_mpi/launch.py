@@ -23,6 +23,8 @@ from slaq_mpi.errors import (
     ConfigError,
 )
 
+_GO_ON = -1  # rank 0's word to the others at the start: no exit status yet, the run goes on
+
 # Environment variables that MPI launchers (Hydra, srun --mpi=pmi2, Open MPI, PMIx) set.
 _LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
                 "MPI_LOCALNRANKS")
@@ -74,7 +76,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
     return spec, spec.output_dir, False
 
 
-def _finished_status(run_dir: Path) -> int | None:
+def finished_status(run_dir: Path) -> int | None:
     """The exit status of a finished run (1 if a job failed, else 0); None if it can go on."""
     import json
 
@@ -88,6 +90,11 @@ def _finished_status(run_dir: Path) -> int | None:
     except (OSError, ValueError, AttributeError):
         return None  # let the run itself look at it
     return EXIT_FAILED if any(j.status == "failed" for j in jobs) else EXIT_DONE
+
+
+def _say_finished(run_dir: Path) -> None:
+    print(f"slaq: {run_dir} has finished; nothing to resume (slaq report "
+          f"{shlex.quote(str(run_dir))} shows its results)", flush=True)
 
 
 def _kept(run_dir: Path, key: str) -> str | None:
@@ -268,11 +275,9 @@ def run_command(args: argparse.Namespace) -> int:
     if not under_mpi():
         spec, run_dir, resume = _spec_and_dir(args)
         if resume:
-            status = _finished_status(run_dir)
+            status = finished_status(run_dir)
             if status is not None:
-                shown = shlex.quote(str(run_dir))
-                print(f"slaq: {run_dir} has finished; nothing to resume (slaq report {shown} "
-                      "shows its results)", flush=True)
+                _say_finished(run_dir)
                 return status
         exe = find_mpiexec(args.mpiexec)
         _check_start(spec, run_dir, resume)  # before any rank starts
@@ -299,23 +304,34 @@ def run_command(args: argparse.Namespace) -> int:
             raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {size} ranks; "
                               f"ask the launcher for at least {max(2, spec.ranks)}")
         return 2
-    # rank 0 takes the run directory (lock, fresh start); if it cannot, every rank ends
+    # rank 0 takes the run directory (lock, fresh start); if it cannot, or the run to resume
+    # has finished, every rank ends with rank 0's status
+    verdict = _GO_ON
     if rank == 0:
         try:
             rundir.hold(run_dir)
-            if rundir.clear_stale_stop(run_dir, started):
-                print(f"slaq: removed a STOP file in {run_dir} left from before this start", flush=True)
-            _check_start(spec, run_dir, resume)
-            if not resume:
-                _fresh_run_dir(spec)
+            done = finished_status(run_dir) if resume else None
+            if done is not None:
+                verdict = done
+                _say_finished(run_dir)
+            else:
+                if rundir.clear_stale_stop(run_dir, started):
+                    print(f"slaq: removed a STOP file in {run_dir} left from before this start",
+                          flush=True)
+                _check_start(spec, run_dir, resume)
+                if not resume:
+                    _fresh_run_dir(spec)
         except OSError as exc:
             failure = ConfigError("output_dir", str(run_dir), f"cannot be used: {exc.strerror or exc}")
         except ConfigError as exc:
             failure = exc
-    if not comm.root_flag(failure is None):
+        if failure is not None:
+            verdict = EXIT_BAD_INPUT
+    verdict = comm.root_value(verdict)
+    if verdict != _GO_ON:
         if failure is not None:
             raise failure
-        return 2
+        return verdict
     busy, cpus = comm.detect_oversubscription()
     if rank == 0:
         if busy > cpus:

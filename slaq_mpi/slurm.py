@@ -340,6 +340,25 @@ def _check_log_dirs(settings: SlurmSettings, cwd: Path) -> None:
                               "would not create it and the job would leave no log: create it first")
 
 
+def _check_resumable(run_dir: Path, source: str, given: str) -> None:
+    """Refuse to submit ``given`` (YAML text ``source``) into ``run_dir``, which holds an
+    earlier run that the job would resume, unless that run is of this very config and has
+    not finished."""
+    from slaq_mpi.launch import finished_status
+
+    try:
+        saved = (run_dir / "config.yaml").read_text()
+    except (OSError, UnicodeDecodeError):
+        saved = None
+    if saved != source:
+        raise ConfigError("output_dir", str(run_dir), f"holds an earlier run of another config (its "
+                          f"config.yaml differs from {given}), which the job would resume instead: "
+                          "move it away, or give this config another output_dir")
+    if finished_status(run_dir) is not None:
+        raise ConfigError("output_dir", str(run_dir), "holds a finished run of this config; nothing "
+                          "to resume: move it away for a fresh run (slaq report shows its results)")
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
     from slaq_mpi import config
 
@@ -352,17 +371,18 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     cwd = Path.cwd()
     run_dir = str((_workdir(settings, cwd) / spec.output_dir).resolve())
     script = render_sbatch(settings, config=str(Path(args.config).resolve()), run_dir=run_dir)
+    _check_log_dirs(settings, cwd)
+    rundir.check_free(run_dir)
+    if (Path(run_dir) / "state.json").is_file():
+        _check_resumable(Path(run_dir), spec.source, args.config)
+        print(f"slaq: note: {run_dir} holds an earlier run of this config; the job will resume it "
+              "(move it away for a fresh run)", file=sys.stderr)
+    else:
+        rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
+        config.check_data_space(spec)
     if args.dry_run:
         print(script, end="")
         return 0
-    _check_log_dirs(settings, cwd)
-    rundir.check_free(run_dir)
-    if not (Path(run_dir) / "state.json").is_file():
-        rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
-        config.check_data_space(spec)
-    if (Path(run_dir) / "state.json").is_file():
-        print(f"slaq: note: {run_dir} holds an earlier run; the job will resume it "
-              "(move it away for a fresh run)")
     try:
         job_id = submit(script, cwd=cwd)
     except SlurmError as exc:

@@ -115,6 +115,11 @@ CASES = {
         _with(["jobs", 0], {"name": "a", "algorithm": "mlp", "hyperparameters": {"classes": 3},
                             "dataset": {"generator": "blobs", "rows": 100, "features": 3, "centers": 4}}),
         ["jobs[0].hyperparameters.classes", "3", "labels go up to 3", "at least 4", "or 0"]),
+    "model larger than any memory": (
+        _with(["jobs", 0], {"name": "a", "algorithm": "mlp", "hyperparameters": {"hidden": 10**12},
+                            "dataset": {"generator": "blobs", "rows": 100, "features": 3}}),
+        ["jobs[0].hyperparameters.hidden", "1000000000000", "job 'a': mlp with hidden",
+         "on every rank", "of memory", "hidden must be at most"]),
     "stop budget null": (_with(["jobs", 0, "stop"], {"max_iterations": None}),
                          ["jobs[0].stop.max_iterations", "None", "leave the key out"]),
     "stop tolerance null": (_with(["jobs", 0, "stop"], {"tolerance": None}),
@@ -601,8 +606,8 @@ def test_mlp_classes_are_checked_against_a_data_files_labels(classes: int, ok: b
         _refused(proc, "jobs[0].hyperparameters.classes", "labels go up to 2", "at least 3")
 
 
-@pytest.mark.parametrize(("status", "code"), [("done", 0), ("failed", 1)])
-def test_resuming_a_finished_run_launches_nothing(status: str, code: int, tmp_path: Path) -> None:
+def _finished_run(tmp_path: Path, status: str) -> Path:
+    """A finished run of GOOD in tmp_path/runs/t whose job b ended with ``status``."""
     import json
 
     import h5py
@@ -625,10 +630,31 @@ def test_resuming_a_finished_run_launches_nothing(status: str, code: int, tmp_pa
         epochs = f.create_group("epochs")
         epochs["time"] = np.zeros(0)
         epochs["alloc"] = np.zeros((0, 2), dtype="i4")
+    return run
+
+
+@pytest.mark.parametrize(("status", "code"), [("done", 0), ("failed", 1)])
+def test_resuming_a_finished_run_launches_nothing(status: str, code: int, tmp_path: Path) -> None:
+    run = _finished_run(tmp_path, status)
+    before = (run / "state.json").read_text()
     proc = run_slaq(["run", "--resume", str(run), "--mpiexec", "/nonexistent"], cwd=tmp_path)
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert "has finished; nothing to resume" in proc.stdout and "starting" not in proc.stdout
-    assert json.loads((run / "state.json").read_text())["elapsed"] == 15.0
+    assert (run / "state.json").read_text() == before
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("status", "code"), [("done", 0), ("failed", 1)])
+def test_resuming_a_finished_run_inside_a_launch_ends_every_rank(status: str, code: int,
+                                                                 tmp_path: Path) -> None:
+    """As the batch script does (srun ... slaq run --resume): the ranks must not run on and
+    rewrite the finished run's state.json (a cancel then marked it unfinished)."""
+    run = _finished_run(tmp_path, status)
+    before = (run / "state.json").read_text(), (run / "metrics.h5").read_bytes()
+    proc = run_mpi(GOOD["ranks"], ["-m", "slaq_mpi", "run", "--resume", str(run)], cwd=tmp_path, timeout=120)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert proc.stdout.count("has finished; nothing to resume") == 1, proc.stdout
+    assert ((run / "state.json").read_text(), (run / "metrics.h5").read_bytes()) == before
 
 
 def test_data_make_out_of_range_options_are_one_line(tmp_path: Path) -> None:

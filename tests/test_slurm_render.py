@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from slaq_mpi import cli, slurm
+from slaq_mpi import cli, launch, slurm
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.slurm import SlurmError, render_sbatch
 from slaq_mpi.slurm_settings import SlurmSettings, parse_time, settings_for, settings_from_mapping
@@ -270,6 +270,44 @@ def test_dry_run_prints_the_script_and_runs_nothing(monkeypatch: pytest.MonkeyPa
     out = capsys.readouterr().out
     assert out.startswith("#!/bin/bash\n")
     assert "#SBATCH --job-name=tiny" in out and "#SBATCH --signal=B:USR1@120" in out
+
+
+def test_submit_resumes_only_an_unfinished_run_of_the_same_config(
+        monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({"sbatch": (0, "4242\n", ""), "scontrol": (0, PENDING.format("Priority"), "")})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
+    monkeypatch.chdir(tmp_path)
+    cfg = _write_config(tmp_path)
+    run = tmp_path / "runs" / "tiny"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(cfg.read_text().replace("ranks: 4", "ranks: 5"))
+    (run / "state.json").write_text('{"epoch": 3, "elapsed": 6.0, "finished": false}')
+    for dry in ([], ["--dry-run"]):
+        assert cli.main(["submit", str(cfg), *dry]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds an earlier run of another config" in err, err
+    assert fake.calls == []
+    (run / "config.yaml").write_text(cfg.read_text())  # the same config, not finished: resumed
+    assert cli.main(["submit", str(cfg)]) == 0
+    captured = capsys.readouterr()
+    assert "holds an earlier run of this config; the job will resume it" in captured.err
+    assert "submitted batch job 4242" in captured.out
+    monkeypatch.setattr(launch, "finished_status", lambda run_dir: 0)
+    fake.calls.clear()
+    assert cli.main(["submit", str(cfg)]) == 2
+    assert "holds a finished run of this config; nothing to resume" in capsys.readouterr().err
+    assert fake.calls == []
+
+
+def test_dry_run_checks_what_a_submit_checks(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                             tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({}))
+    monkeypatch.chdir(tmp_path)
+    cfg = _write_config(tmp_path, slurm={"output": "nologs/%x-%j.out"})
+    assert cli.main(["submit", str(cfg), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "nologs" in captured.err
 
 
 @pytest.mark.parametrize("section, python", [
