@@ -24,7 +24,7 @@ _COMMAND_MODULES = (
 def _cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi import config
     from slaq_mpi.policies import LIVE_POLICY_NAMES
-    from slaq_mpi.rundir import check_fresh
+    from slaq_mpi.rundir import check_free, check_fresh
     from slaq_mpi.sim.settings import parse_settings
     from slaq_mpi.slurm_settings import settings_for
 
@@ -40,6 +40,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         config.check_data_space(spec)
     except ConfigError as exc:  # a config may be for `slaq simulate` only: a note, not an error
         print(f"{args.config}: note: slaq run would refuse it here: {exc}")
+    try:
+        check_free(spec.output_dir)
+    except ConfigError as exc:  # a run in progress: slaq run waits for nothing, it refuses
+        print(f"{args.config}: note: slaq run would refuse it now: {exc}")
     if spec.policy not in LIVE_POLICY_NAMES:
         print(f"{args.config}: note: policy {spec.policy!r} is for `slaq simulate` only; "
               "`slaq run` and `slaq submit` refuse it")

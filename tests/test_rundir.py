@@ -98,6 +98,15 @@ def test_slaq_run_refuses_a_held_run_directory_before_any_rank(held: Path, tmp_p
     assert (held / "metrics.h5").read_bytes() == b"keep"  # not moved aside, not touched
 
 
+def test_validate_notes_a_run_in_progress(held: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    held.mkdir(parents=True)
+    (held / "config.yaml").write_text("name: tiny\n")
+    assert cli.main(["validate", str(_config(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "note: slaq run would refuse it now" in out and "pid 123 on node7" in out, out
+
+
 def test_slaq_submit_refuses_a_held_run_directory(held: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
