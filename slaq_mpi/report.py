@@ -80,6 +80,18 @@ def _change(val: float, base: float) -> str:
     return f"{abs(pct):.1f}% {'lower' if pct < 0 else 'higher'}"
 
 
+def _reached(key: str, row: Mapping[str, float], base: Mapping[str, float]) -> str:
+    """For a time to X% compared: how many jobs reached X% in each run, when the counts differ
+    (each mean is over its own jobs)."""
+    if not key.startswith(("mean_time_to_", "median_time_to_")):
+        return ""
+    level = key.rsplit("_", 1)[1]
+    a, b = row.get(f"reached_{level}", math.nan), base.get(f"reached_{level}", math.nan)
+    if not (math.isfinite(a) and math.isfinite(b)) or a == b:
+        return ""
+    return f" ({a:.0f} vs {b:.0f} jobs reached {level}%)"
+
+
 def format_comparison(rows: Mapping[str, Mapping[str, float]], baseline: str = "fair") -> str:
     """Lines comparing every policy with ``baseline`` (and ``slaq`` with ``oracle``)."""
     out = []
@@ -88,7 +100,8 @@ def format_comparison(rows: Mapping[str, Mapping[str, float]], baseline: str = "
         for label, r in rows.items():
             if label == baseline:
                 continue
-            parts = [f"{k} {_change(r.get(k, math.nan), base.get(k, math.nan))}" for k in COMPARED]
+            parts = [f"{k} {_change(r.get(k, math.nan), base.get(k, math.nan))}{_reached(k, r, base)}"
+                     for k in COMPARED]
             out.append(f"{label} vs {baseline}: " + ", ".join(parts))
     if "slaq" in rows and "oracle" in rows:
         parts = [f"{k} {_change(rows['slaq'].get(k, math.nan), rows['oracle'].get(k, math.nan))}"

@@ -158,6 +158,16 @@ def test_identical_figures_compare_as_the_same() -> None:
     assert "avg_normalized_loss the same" in format_comparison(rows)
 
 
+def test_a_time_comparison_names_differing_counts_of_jobs_that_reached_it() -> None:
+    from slaq_mpi.report import format_comparison
+
+    rows = {"fair": {"mean_time_to_90": 10.0, "reached_90": 6.0, "mean_time_to_95": 20.0, "reached_95": 6.0},
+            "slaq": {"mean_time_to_90": 5.0, "reached_90": 6.0, "mean_time_to_95": 2.0, "reached_95": 4.0}}
+    line = format_comparison(rows)
+    assert "mean_time_to_90 50.0% lower," in line  # same jobs: no note
+    assert "mean_time_to_95 90.0% lower (4 vs 6 jobs reached 95%)" in line
+
+
 def test_missing_run_dir_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="RUN_DIR"):
         load_runs([tmp_path / "nope"])

@@ -22,7 +22,7 @@ JSON_KEYS: tuple[str, ...] = (
     "avg_normalized_loss", "mean_time_to_90", "mean_time_to_95", "median_time_to_90",
     "median_time_to_95", "median_completion", "mean_completion", "makespan",
     "decision_ms", "total_utility", "max_rho", "mean_rho", "min_speedup", "mean_speedup",
-    "p_mean_speedup", "normalized_loss_job_s", "mean_active_jobs",
+    "p_mean_speedup", "normalized_loss_job_s", "mean_active_jobs", "reached_90", "reached_95",
 )
 
 
