@@ -173,6 +173,33 @@ class Solver(ABC):
                 return key, f"must be at most the dataset's {rows} rows"
         return None
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """About how many bytes of memory one rank of a job needs for the model, however many
+        ranks the job has: every rank holds a full copy of the model state, and a step adds
+        buffers of the model's size (gradients, the allreduce message and its result, the
+        next model) on top of it.
+
+        Count the arrays of ``__init__`` and ``step`` whose size depends on the hyperparameters
+        and ``features`` (or on ``rows`` or ``iterations`` for a state that grows with them),
+        8 bytes a float64, at the peak of a step; leave out the rank's rows of data and the
+        per-row buffers, which shrink as the job gets more ranks. ``slaq validate`` and
+        ``slaq run`` refuse a job whose estimate exceeds this machine's physical memory, before
+        any rank starts. Being within a factor of about 2 is enough.
+
+        Args:
+            params: every hyperparameter (``defaults`` updated with the YAML's); a class count
+                left at 0 is replaced by the count the labels need, where that is known.
+            rows: rows of the whole dataset.
+            features: columns of the dataset.
+            iterations: the job's ``stop.max_iterations`` (None: no cap, only a tolerance).
+
+        The default returns 0 (unknown: nothing is checked); a user solver whose model grows
+        with its hyperparameters or the data may override it.
+        """
+        return 0
+
     @abstractmethod
     def step(self) -> float:
         """One iteration; returns the global loss of the model before this update."""

@@ -55,6 +55,17 @@ class GradientBoostedTrees(Solver):
         self.trees: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._F = np.full(shard.n_local, self.base)
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """The bin edges, one tree an iteration (``2^max_depth`` leaves and ``2^max_depth - 1``
+        splits: 24 bytes a leaf), and a step's histograms at the deepest level (``2^(max_depth
+        - 1)`` nodes x features x bins, gradients and hessians) with their allreduce message
+        and result and the split search's cumulative sums and gains: about 10 histograms."""
+        depth, bins = int(params["max_depth"]), int(params["bins"])
+        trees = (iterations or 0) * (24 * 2**depth - 16)
+        return 8 * 2 * features + trees + 8 * 10 * 2 ** (depth - 1) * features * bins
+
     # --- loss-specific pieces (squared loss here) ---------------------------------------
     def _base_score(self, mean_y: float) -> float:
         return mean_y

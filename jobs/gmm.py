@@ -38,6 +38,15 @@ class GaussianMixture(Solver):
         self.variances = np.tile(var, (k, 1))
         self.weights = np.full(k, 1.0 / k)
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """Means and variances (two ``k x features`` matrices) and weights, and a step's
+        precisions, weighted sums of x and x^2, allreduce message and result and the new means
+        and variances: about 9 such matrices."""
+        k = int(params["k"])
+        return 8 * 9 * k * (features + 1)
+
     def log_joint(self) -> np.ndarray:
         """log(weight_j) + log N(x | mean_j, diag(var_j)) for every local row and component."""
         X, prec = self.shard.X, 1.0 / self.variances

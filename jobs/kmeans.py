@@ -35,6 +35,14 @@ class KMeans(Solver):
         local[mine] = _dense(shard.X[rows[mine] - lo])
         (self.centroids,) = self.global_sum(local)
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """The ``k x features`` centroids, and a step's cluster sums, allreduce message and
+        result and moved centroids: about 5 such matrices."""
+        k = int(params["k"])
+        return 8 * 5 * k * (features + 1)
+
     def assign(self) -> tuple[np.ndarray, np.ndarray]:
         """Nearest centroid index and squared distance for every local row."""
         X = self.shard.X

@@ -38,6 +38,14 @@ class LBFGSSolver(Solver):
         self.S: list[np.ndarray] = []
         self.Y: list[np.ndarray] = []
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """Iterate and gradient, ``history`` (s, y) pairs (one more while a pair is added),
+        and a step's direction, trial point, gradient, allreduce message and result (about 6
+        vectors): all of ``features + 1`` floats."""
+        return 8 * (2 * (int(params["history"]) + 1) + 8) * (features + 1)
+
     @abstractmethod
     def objective(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         """Global objective and gradient at ``x`` (collective: one allreduce)."""

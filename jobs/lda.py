@@ -47,6 +47,14 @@ class LDA(Solver):
         beta = np.random.default_rng(seed).gamma(100.0, 0.01, size=(k, v))
         self.beta = beta / beta.sum(axis=1, keepdims=True)
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """The ``topics x vocabulary`` topic-word matrix (the vocabulary is the features), and
+        a step's expected counts, allreduce message and result and normalized matrix: about 4
+        such matrices."""
+        return 8 * 4 * int(params["topics"]) * (features + 1)
+
     def e_step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Local documents' ``gamma``, exp(E[log theta]) and per-word normalizers."""
         C, doc, alpha = self._C, self._doc, float(self.params["alpha"])

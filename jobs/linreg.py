@@ -35,6 +35,13 @@ class LinearRegression(Solver):
         self.p = self.r.copy()
         self.rr = float(self.r @ self.r)
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """Weights, CG residual and direction (3 vectors of ``features + 1`` floats), and a
+        step's product, allreduce message and result and updated vectors (about 6 more)."""
+        return 8 * 9 * (features + 1)
+
     def _regularize(self, v: np.ndarray) -> np.ndarray:
         out = float(self.params["l2"]) * v
         out[-1] = 0.0

@@ -29,6 +29,13 @@ class LogisticRegression(Solver):
         self.w = np.zeros(shard.n_features)
         self.b = np.zeros(1)
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """Weights and intercept, and a step's gradient, allreduce message and result, scaled
+        gradient and new weights: about 5 vectors of ``features + 1`` floats."""
+        return 8 * 5 * (features + 1)
+
     def loss_and_grad(self) -> tuple[float, np.ndarray, float]:
         """Global loss, gradient in w and gradient in b at the current model."""
         X, s = self.shard.X, self._sign

@@ -53,6 +53,15 @@ class MLPClassifier(Solver):
         self.b2 = np.zeros(self.classes)
         self.velocity = [np.zeros_like(getattr(self, name)) for name in _PARAMS]
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """Weights and biases (``features x hidden + hidden + hidden x classes + classes``
+        floats) and their momentum buffers, and a step's local gradients, allreduce message
+        and result and regularized gradients: 6 copies in all. ``classes`` 0 counts as 2."""
+        h, c = int(params["hidden"]), max(int(params["classes"]), 2)
+        return 8 * 6 * (features * h + h + h * c + c)
+
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities of rows ``X`` under the current weights."""
         logits = np.tanh(X @ self.W1 + self.b1) @ self.W2 + self.b2

@@ -51,6 +51,13 @@ class LinearSVM(Solver):
         self._sign = 2.0 * np.asarray(shard.y, dtype=np.float64) - 1.0
         self.w = np.zeros(shard.n_features + 1)  # intercept last
 
+    @classmethod
+    def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
+                    iterations: int | None) -> int:
+        """Weights, and a step's gradient, allreduce message and result, full gradient, its
+        temporaries and new weights: about 6 vectors of ``features + 1`` floats."""
+        return 8 * 6 * (features + 1)
+
     def objective(self, w: np.ndarray) -> tuple[float, np.ndarray]:
         """Global objective and gradient at ``w`` (collective)."""
         X, s = self.shard.X, self._sign

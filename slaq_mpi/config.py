@@ -7,6 +7,7 @@ allowed. ``docs/config.md`` documents every key.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 from collections.abc import Hashable, Mapping
@@ -123,7 +124,11 @@ def yaml_loader() -> type[yaml.SafeLoader]:
 
 
 def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
-    """Read and validate the experiment YAML at ``path``."""
+    """Read and validate the experiment YAML at ``path``.
+
+    ``check_files`` also checks what is on this machine: data files, the output directory, and
+    that every job's model fits in its memory (``slaq simulate``, which builds none, skips it).
+    """
     p = Path(path)
     if (p / "state.json").is_file():
         raise ConfigError("config file", str(p), f"is a run directory; continue it with "
@@ -183,7 +188,7 @@ def require_live(spec: ExperimentSpec) -> None:
 
 
 def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
-    """Validate an already-parsed YAML document."""
+    """Validate an already-parsed YAML document (``check_files`` as for :func:`load`)."""
     top = _mapping(raw, "config", _TOP_KEYS)
     name = _name(_req(top, "name", "config"), "name")
     seed = _int(top.get("seed", 0), "seed", lo=0, hi=EXPERIMENT_SEED_MAX)
@@ -267,7 +272,8 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
             ok, val = True, float(val)
         if not ok:
             raise ConfigError(f"{where}.hyperparameters.{key}", val, f"must be of type {want.__name__}")
-    dataset, rows, top = _dataset(_req(job, "dataset", where), f"{where}.dataset", check_files, solver)
+    dataset, rows, features, top = _dataset(_req(job, "dataset", where), f"{where}.dataset",
+                                            check_files, solver)
     problem = getattr(solver, "hyperparameter_problem", None)  # a user solver may lack it
     params = {**solver.defaults, **hyper}
     found = problem(params, rows) if problem is not None else None
@@ -281,6 +287,9 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
                           f"the labels go up to {top:g}: must be at least {top + 1:g}, or 0 to "
                           "count the classes from the labels")
     stop = _stop(_section(job, "stop", where), f"{where}.stop")
+    if check_files and rows is not None and features is not None:
+        _check_state_memory(where, name, str(algorithm), solver, hyper, _Sizes(
+            rows, features, top, stop.max_iterations, dataset))
     max_cores = job.get("max_cores")
     if max_cores is not None:
         max_cores = _int(max_cores, f"{where}.max_cores", lo=1)
@@ -318,9 +327,9 @@ def _solver_class(algorithm: Any, where: str) -> Any:
 
 
 def _dataset(raw: Any, where: str, check_files: bool,
-             solver: Any) -> tuple[DatasetSpec, int | None, float | None]:
-    """The dataset spec, its row count and its highest label (None: a file that was not
-    opened, or labels that are not read)."""
+             solver: Any) -> tuple[DatasetSpec, int | None, int | None, float | None]:
+    """The dataset spec, its rows, its features and its highest label (None: a file that was
+    not opened, or labels that are not read)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(where, raw, "must be {path: file.h5} or {generator: NAME, rows: N, features: N}")
     if "path" in raw and "generator" in raw:
@@ -331,7 +340,7 @@ def _dataset(raw: Any, where: str, check_files: bool,
         path = raw["path"]
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{where}.path", path, "must be a file path")
-        rows, top = None, None
+        rows, features, top = None, None, None
         if check_files:
             if Path(path).is_dir():
                 raise ConfigError(f"{where}.path", path, "is a directory; give the HDF5 data file")
@@ -341,8 +350,8 @@ def _dataset(raw: Any, where: str, check_files: bool,
                 info = check_file(path, solver)
             except DataError as exc:
                 raise ConfigError(f"{where}.path", path, f"bad data file: {exc}") from None
-            rows, top = info.rows, info.top_label
-        return DatasetSpec(path=str(Path(path).resolve())), rows, top
+            rows, features, top = info.rows, info.features, info.top_label
+        return DatasetSpec(path=str(Path(path).resolve())), rows, features, top
     gen = raw.get("generator")
     if gen not in GENERATORS:
         raise ConfigError(
@@ -364,7 +373,91 @@ def _dataset(raw: Any, where: str, check_files: bool,
     if problem is not None:
         suggest = getattr(solver, "dataset_kind", None)
         raise ConfigError(f"{where}.generator", gen, problem + (f" (use {suggest!r})" if suggest else ""))
-    return DatasetSpec(generator=str(gen), params=out), out["rows"], generator_top_label(str(gen), out)
+    return (DatasetSpec(generator=str(gen), params=out), out["rows"], out["features"],
+            generator_top_label(str(gen), out))
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the platform does not tell)."""
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no such name
+        return None
+    return pages * page if pages > 0 and page > 0 else None
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """What a job's model size depends on besides its hyperparameters."""
+
+    rows: int
+    features: int
+    top_label: float | None
+    iterations: int | None
+    dataset: DatasetSpec
+
+
+def _check_state_memory(where: str, job: str, algorithm: str, solver: Any,
+                        hyper: Mapping[str, Any], sizes: _Sizes) -> None:
+    """Refuse a job whose model state (every rank of the job holds a full copy) cannot fit in
+    this machine's physical memory, by the solver's ``state_bytes`` estimate. A user solver
+    without the method, or a platform that does not tell its memory, is not checked.
+
+    Raises:
+        ConfigError: naming the hyperparameter whose default would save the most (or the
+            dataset), the estimate and the memory, and the largest value that fits.
+    """
+    estimate = getattr(solver, "state_bytes", None)
+    memory = physical_memory()
+    if estimate is None or memory is None:
+        return
+    count = getattr(solver, "class_count", "")
+
+    def needs(values: Mapping[str, Any]) -> int:
+        params = {**solver.defaults, **values}
+        if count and params[count] == 0 and sizes.top_label is not None:
+            params[count] = int(sizes.top_label) + 1  # the classes the labels need
+        try:
+            return int(estimate(params, sizes.rows, sizes.features, sizes.iterations))
+        except Exception as exc:  # noqa: BLE001 - a user's solver may raise anything
+            raise ConfigError(f"{where}.algorithm", algorithm, f"its state_bytes raised "
+                              f"{exc.__class__.__name__}: {exc}") from None
+
+    need = needs(hyper)
+    if need <= memory:
+        return
+    # the key set in the YAML whose default saves the most; else the dataset is too wide
+    saved = {key: need - needs({**hyper, key: solver.defaults[key]}) for key in hyper}
+    key = max(saved, key=lambda k: saved[k], default=None)
+    what = f"job {job!r}: {algorithm}"
+    if key is not None and saved[key] > 0:
+        what += f" with {key} {hyper[key]!r}"
+    what += (f" on {sizes.features} features needs about {format_bytes(need)} on every rank for its "
+             f"model and a step's buffers; this machine has {format_bytes(memory)} of memory")
+    if key is None or saved[key] <= 0:
+        data = sizes.dataset
+        at, value = ((f"{where}.dataset.features", sizes.features) if data.generator is not None
+                     else (f"{where}.dataset.path", data.path))
+        raise ConfigError(at, value, what + "; use a smaller model or fewer features")
+    value = hyper[key]
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        lo, hi = 0, value  # the largest value in [1, value) that fits, if any (lo 0: none)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if needs({**hyper, key: mid}) <= memory else (lo, mid)
+        rule = solver.allowed.get(key) if isinstance(getattr(solver, "allowed", None), Mapping) else None
+        if lo >= 1 and (rule is None or rule.admits(lo)):
+            what += f"; {key} must be at most {lo} to fit at all"
+    raise ConfigError(f"{where}.hyperparameters.{key}", value, what)
+
+
+def format_bytes(n: float) -> str:
+    """A byte count for people: ``745 GiB``, ``23.5 GiB``."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
+    i = 0
+    while n >= 1024 and i < len(units) - 1:
+        n, i = n / 1024, i + 1
+    return f"{n:.0f} {units[i]}" if n >= 100 else f"{n:.3g} {units[i]}"
 
 
 def _stop(raw: Any, where: str) -> StopRule:

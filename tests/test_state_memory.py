@@ -1,0 +1,197 @@
+"""A job whose model cannot fit in this machine's memory is refused before any rank starts."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import yaml
+
+from jobs import ALGORITHMS, SerialComm, Shard, Solver, load_solver
+from slaq_mpi import config
+from slaq_mpi.errors import ConfigError
+from tests.conftest import run_slaq
+
+GIB = 2**30
+
+
+def _raw(tmp_path: Path, algorithm: str, dataset: dict[str, Any], **hyper: Any) -> dict[str, Any]:
+    return {"name": "t", "ranks": 2, "output_dir": str(tmp_path / "run"),
+            "jobs": [{"name": "a", "algorithm": algorithm, "hyperparameters": hyper,
+                      "dataset": dataset}]}
+
+
+BLOBS = {"generator": "blobs", "rows": 1000, "features": 50}  # labels 0..7: 8 classes
+
+
+@pytest.fixture
+def memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine has 23.5 GiB of memory, whatever it really has."""
+    monkeypatch.setattr(config, "physical_memory", lambda: int(23.5 * GIB))
+
+
+def test_physical_memory_is_known_here() -> None:
+    assert (config.physical_memory() or 0) > 2**27  # Linux tells; at least 128 MiB
+
+
+def test_validate_refuses_a_model_no_machine_can_hold(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"  # 10^12 hidden units: hundreds of TiB of weights
+    cfg.write_text(yaml.safe_dump(_raw(tmp_path, "mlp", BLOBS, hidden=10**12)))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("slaq: error: jobs[0].hyperparameters.hidden: "
+                                                   "1000000000000 is not allowed; job 'a': mlp with "
+                                                   "hidden 1000000000000 on 50 features needs about ")
+    assert "on every rank" in lines[0] and "of memory" in lines[0], lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_line_names_the_size_the_memory_and_the_largest_value_that_fits(
+        tmp_path: Path, memory: None) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.parse(_raw(tmp_path, "mlp", BLOBS, hidden=1_000_000_000))
+    cls = load_solver("mlp")
+    fits = int(str(err.value).rsplit("hidden must be at most ", 1)[1].split()[0])
+    need = {h: cls.state_bytes({**cls.defaults, "hidden": h, "classes": 8}, 1000, 50, 200)
+            for h in (fits, fits + 1, 1_000_000_000)}
+    assert need[fits] <= 23.5 * GIB < need[fits + 1]
+    assert str(err.value) == (
+        "jobs[0].hyperparameters.hidden: 1000000000 is not allowed; job 'a': mlp with hidden "
+        f"1000000000 on 50 features needs about {need[1_000_000_000] / 2**40:.3g} TiB on every "
+        "rank for its model and a step's buffers; this machine has 23.5 GiB of memory; hidden "
+        f"must be at most {fits} to fit at all")
+
+
+def test_a_data_file_gives_its_features_and_labels(tmp_path: Path, memory: None) -> None:
+    import h5py
+
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f["X"] = np.zeros((30, 4))
+        f["y"] = np.arange(30) % 3
+    raw = _raw(tmp_path, "mlp", {"path": str(tmp_path / "d.h5")}, hidden=2 * 10**8)
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.hyperparameters\.hidden: .* on 4 features "):
+        config.parse(raw)
+    config.parse(raw, check_files=False)  # slaq simulate builds no model: not checked
+    raw["jobs"][0]["hyperparameters"] = {"hidden": 10**8}  # 6 x 8 x 8e8 bytes: 35.8 GiB
+    with pytest.raises(ConfigError, match="about 35.8 GiB"):
+        config.parse(raw)
+
+
+def test_too_many_features_names_the_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "physical_memory", lambda: 10_000)
+    wide = {"generator": "classification", "rows": 10, "features": 1000}
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.dataset\.features: 1000 is not allowed; job "
+                       r"'a': logreg on 1000 features needs about 39.1 KiB .* fewer features$"):
+        config.parse(_raw(tmp_path, "logreg", wide))
+    # a hyperparameter set below its default saves nothing: the dataset is still to blame
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.dataset\.features: .* kmeans on 1000"):
+        config.parse(_raw(tmp_path, "kmeans", {**BLOBS, "features": 1000}, k=4))
+    config.parse(_raw(tmp_path, "logreg", {**wide, "features": 100}))
+
+
+def test_unknown_memory_or_estimate_skips_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mine.py").write_text(
+        "from jobs import Solver\n\nclass Mine(Solver):\n    defaults = {'size': 1}\n"
+        "    needs_labels = False\n\n    def step(self): return 0.0\n\n"
+        "    def get_state(self): return {}\n\n    def set_state(self, state): pass\n")
+    monkeypatch.setattr(config, "physical_memory", lambda: 1)
+    config.parse(_raw(tmp_path, f"{tmp_path}/mine.py:Mine", BLOBS))  # inherits 0: unknown
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "sysconf", lambda name: -1)  # the platform does not know
+    assert config.physical_memory() is None
+    monkeypatch.setattr(os, "sysconf", _no_sysconf)
+    assert config.physical_memory() is None
+    config.parse(_raw(tmp_path, "mlp", BLOBS, hidden=10**12))
+
+
+def _no_sysconf(name: str) -> int:
+    raise ValueError(f"unrecognized configuration name {name!r}")
+
+
+def test_a_user_estimate_is_used_and_its_errors_are_one_line(tmp_path: Path, memory: None) -> None:
+    (tmp_path / "big.py").write_text(
+        "from jobs import Solver\n\nclass Big(Solver):\n    defaults = {'size': 1}\n"
+        "    needs_labels = False\n\n    @classmethod\n"
+        "    def state_bytes(cls, params, rows, features, iterations):\n"
+        "        if params['size'] < 0: raise ValueError('negative size')\n"
+        "        return params['size'] * 2**30\n\n    def step(self): return 0.0\n\n"
+        "    def get_state(self): return {}\n\n    def set_state(self, state): pass\n")
+    ref = f"{tmp_path}/big.py:Big"
+    config.parse(_raw(tmp_path, ref, BLOBS, size=23))
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.hyperparameters\.size: 24 is not allowed; "
+                       r".* needs about 24 GiB .* 23.5 GiB of memory; size must be at most 23 to"):
+        config.parse(_raw(tmp_path, ref, BLOBS, size=24))
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.algorithm: .* its state_bytes raised "
+                       r"ValueError: negative size$"):
+        config.parse(_raw(tmp_path, ref, BLOBS, size=-1))
+
+
+def test_the_packaged_configs_validate_with_small_models() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "configs").glob("*.yaml")):
+        spec = config.load(path)
+        for job in spec.jobs:
+            cls = load_solver(job.algorithm)
+            p = job.dataset.params
+            params = {**cls.defaults, **job.hyperparameters}
+            need = cls.state_bytes(params, p["rows"], p["features"], job.stop.max_iterations)
+            assert 0 < need < GIB // 4, (path.name, job.name, need)  # fits a small CI machine
+
+
+# --- the estimates against a real instance ---------------------------------------------------
+
+# small rows and a wide model: the per-row buffers (which shrink with more ranks) are negligible
+SIZES: dict[str, tuple[dict[str, Any], int]] = {
+    "logreg": ({}, 2000), "svm": ({}, 2000), "linreg": ({}, 2000),
+    "logreg_lbfgs": ({"history": 4}, 2000), "mlp": ({"hidden": 100, "classes": 3}, 200),
+    "kmeans": ({"k": 10}, 2000), "gmm": ({"k": 10}, 2000), "lda": ({"topics": 20}, 2000),
+    "gbt": ({"max_depth": 5, "bins": 64}, 100), "gbt_classifier": ({"max_depth": 5, "bins": 64}, 100),
+}
+ROWS, WARM = 12, 6
+
+
+def _data(cls: type[Solver], features: int) -> tuple[Any, np.ndarray | None]:
+    rng = np.random.default_rng(0)
+    kind = getattr(cls, "dataset_kind", "")
+    if kind == "documents":
+        X = sp.random(ROWS, features, density=5.0 / features, random_state=1, format="csr")
+        X.data = np.ceil(X.data * 3)
+        return X, None
+    X = rng.standard_normal((ROWS, features))
+    if kind == "blobs":
+        return X, (np.arange(ROWS) % 3).astype(float)
+    if kind == "regression":
+        return X, X[:, 0] + rng.standard_normal(ROWS)
+    return X, (np.arange(ROWS) % 2).astype(float)
+
+
+def test_every_built_in_algorithm_has_a_size() -> None:
+    assert set(SIZES) == set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_the_estimate_is_within_a_factor_of_2_of_the_real_bytes(algorithm: str) -> None:
+    cls = load_solver(algorithm)
+    params, features = SIZES[algorithm]
+    X, y = _data(cls, features)
+    solver = cls(SerialComm(), Shard(X=X, y=y, row_start=0, n_rows=ROWS), params, 1)
+    for _ in range(WARM):  # fills L-BFGS's history, grows trees
+        solver.step()
+    state = sum(a.nbytes for a in solver.get_state().values())
+    tracemalloc.start()  # numpy reports its buffers to tracemalloc
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        solver.step()
+        step_peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    real = state + step_peak
+    estimate = cls.state_bytes({**cls.defaults, **params}, ROWS, features, WARM + 1)
+    assert estimate >= state, (estimate, state)
+    assert real / 2 <= estimate <= 2 * real, (estimate, state, step_peak)
