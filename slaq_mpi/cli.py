@@ -23,8 +23,9 @@ _COMMAND_MODULES = (
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi import config
+    from slaq_mpi.launch import check_local_ranks
     from slaq_mpi.policies import LIVE_POLICY_NAMES
-    from slaq_mpi.rundir import check_free, check_fresh
+    from slaq_mpi.rundir import check_fresh, holder_of
     from slaq_mpi.sim.settings import parse_settings
     from slaq_mpi.slurm_settings import settings_for
 
@@ -36,14 +37,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{args.config}: ok: experiment {spec.name!r}, {count(len(spec.jobs), 'job')}, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"
     )
-    try:
-        config.check_data_space(spec)
-    except ConfigError as exc:  # a config may be for `slaq simulate` only: a note, not an error
-        print(f"{args.config}: note: slaq run would refuse it here: {exc}")
-    try:
-        check_free(spec.output_dir)
-    except ConfigError as exc:  # a run in progress: slaq run waits for nothing, it refuses
-        print(f"{args.config}: note: slaq run would refuse it now: {exc}")
+    for check in (config.check_data_space, lambda s: check_local_ranks(s.ranks)):
+        try:
+            check(spec)
+        except ConfigError as exc:  # a config may be for `slaq simulate` only: a note, not an error
+            print(f"{args.config}: note: slaq run would refuse it here: {exc}")
+    holder = holder_of(spec.output_dir)
+    if holder:  # a run in progress: slaq run would refuse to start into it now
+        print(f"{args.config}: note: slaq run would refuse it now: another slaq run is using "
+              f"{spec.output_dir} ({holder})")
     if spec.policy not in LIVE_POLICY_NAMES:
         print(f"{args.config}: note: policy {spec.policy!r} is for `slaq simulate` only; "
               "`slaq run` and `slaq submit` refuse it")

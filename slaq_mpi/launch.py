@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from slaq_mpi import config, rundir
+from slaq_mpi._text import count
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.errors import (
     EXIT_ABORTED,
@@ -58,7 +59,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         raise ConfigError("config", args.config, "give an experiment YAML or --resume RUN_DIR, not both "
                           "(a resumed run uses the config.yaml saved in RUN_DIR)")
     if args.resume:
-        run_dir = Path(args.resume).absolute()
+        run_dir = Path(os.path.abspath(args.resume))  # "a/../b" shown as b; links kept
         saved = run_dir / "config.yaml"
         if not (run_dir / "state.json").is_file() or not saved.is_file():
             raise ConfigError("--resume", args.resume, "must be a run directory of an earlier "
@@ -197,6 +198,30 @@ def _lock_text(run_dir: Path) -> str:
         return ""
 
 
+RANK_BYTES = 64 * 2**20  # memory of one idle rank (Python, numpy, scipy, h5py, MPI), measured
+# Set inside a batch allocation, where mpiexec may spread the ranks over several machines.
+_ALLOCATION_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "PE_HOSTFILE", "FLUX_JOB_ID")
+
+
+def check_local_ranks(ranks: int) -> None:
+    """Refuse to start ``ranks`` ranks on this machine alone (``slaq run`` outside an MPI launch
+    and outside a batch allocation) when even idle ranks would not fit in its memory.
+
+    Raises:
+        ConfigError: naming ``ranks``, the memory they need and the machine's.
+    """
+    memory = config.physical_memory()
+    if memory is None or any(v in os.environ for v in _ALLOCATION_VARS):
+        return
+    need = ranks * RANK_BYTES
+    if need > memory:
+        raise ConfigError("ranks", ranks, f"{ranks} ranks on this machine need at least "
+                          f"{config.format_bytes(need)} ({config.format_bytes(RANK_BYTES)} each "
+                          f"before any data) and it has {config.format_bytes(memory)}: submit it "
+                          f"to a cluster (slaq submit), lower ranks to at most {memory // RANK_BYTES}, "
+                          "or start the ranks over several machines yourself (mpiexec ... slaq run)")
+
+
 def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir: Path,
               started: float) -> int:
     open_mpi = is_open_mpi(exe)
@@ -280,6 +305,7 @@ def run_command(args: argparse.Namespace) -> int:
                 _say_finished(run_dir)
                 return status
         exe = find_mpiexec(args.mpiexec)
+        check_local_ranks(spec.ranks)
         _check_start(spec, run_dir, resume)  # before any rank starts
         rundir.check_free(run_dir)
         return _relaunch(args, spec, exe, run_dir, started)
@@ -301,7 +327,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if size < 2 or size < spec.ranks:
         if rank == 0:
-            raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {size} ranks; "
+            raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {count(size, 'rank')}; "
                               f"ask the launcher for at least {max(2, spec.ranks)}")
         return 2
     # rank 0 takes the run directory (lock, fresh start); if it cannot, or the run to resume

@@ -23,7 +23,7 @@ from slaq_mpi.outpaths import check_writable
 
 __all__ = [
     "STOP_FILE", "check_free", "check_fresh", "check_own_dir", "clear_stale_stop", "fresh_output",
-    "hold", "lock_path", "move_aside", "remove_stop",
+    "hold", "holder_of", "lock_path", "move_aside", "remove_stop",
 ]
 
 STOP_FILE = "STOP"  # created in the run directory to ask a running coordinator to stop
@@ -69,6 +69,11 @@ def _holder(lock: Path) -> str | None:
             return fh.read().strip() or "another process"
         fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     return None
+
+
+def holder_of(run_dir: str | Path) -> str | None:
+    """Who is running in ``run_dir`` now, as its lock file says (None: nobody); creates nothing."""
+    return _holder(lock_path(run_dir))
 
 
 def check_fresh(path: str | Path, key: str, inputs: Iterable[str | Path] = ()) -> None:

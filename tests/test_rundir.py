@@ -98,6 +98,34 @@ def test_slaq_run_refuses_a_held_run_directory_before_any_rank(held: Path, tmp_p
     assert (held / "metrics.h5").read_bytes() == b"keep"  # not moved aside, not touched
 
 
+def test_more_ranks_than_this_machine_can_hold_are_refused_before_any_launch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi import config, launch
+
+    def no_launch(*args: object, **kwargs: object) -> None:
+        raise AssertionError("mpiexec started")
+
+    monkeypatch.setattr(subprocess, "Popen", no_launch)
+    for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
+                *launch._ALLOCATION_VARS):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(config, "physical_memory", lambda: 2 * launch.RANK_BYTES)  # room for 2 ranks
+    cfg = _config(tmp_path)  # 3 ranks
+    assert cli.main(["run", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ranks: 3 is not allowed; 3 ranks on this machine need at least 192 MiB" \
+        in err[0]
+    assert "lower ranks to at most 2" in err[0]
+    assert not (tmp_path / "runs").exists()
+    assert cli.main(["validate", str(cfg)]) == 0  # a config for a cluster is not wrong
+    assert "note: slaq run would refuse it here: ranks: 3" in capsys.readouterr().out
+    monkeypatch.setenv("SLURM_JOB_ID", "77")  # in an allocation mpiexec may use several machines
+    launch.check_local_ranks(3)
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.setattr(config, "physical_memory", lambda: None)  # unknown: not checked
+    launch.check_local_ranks(3)
+
+
 def test_validate_notes_a_run_in_progress(held: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     held.mkdir(parents=True)
