@@ -267,7 +267,7 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
         if held and _lock_text(run_dir) != lock_before:
             child.send_signal(held.pop())
         time.sleep(0.1)
-    if (status not in (EXIT_DONE, EXIT_BAD_INPUT, EXIT_STOPPED) and not stops
+    if (status not in (EXIT_BAD_INPUT, EXIT_STOPPED) and not stops  # even 0: no rank 0 ran
             and _lock_text(run_dir) == lock_before):
         print(f"slaq: {exe} exited with status {status} before the run started; its message is "
               "above (see \"MPI launchers\" in the README)", file=sys.stderr, flush=True)

@@ -204,7 +204,7 @@ while :; do
 done
 trap - USR1 TERM
 
-if [ "$status" != 0 ] && [ "$status" != 2 ] && [ "$status" != 75 ] && [ "$stop_requested" = 0 ] &&
+if [ "$status" != 2 ] && [ "$status" != 75 ] && [ "$stop_requested" = 0 ] &&
         [ "$(lock_text)" = "$lock_before" ]; then
     say "the MPI launch failed before the run started (status $status, its message is above):" \
         "$LAUNCH_ADVICE (docs/slurm.md)"

@@ -264,6 +264,8 @@ def test_open_mpi_may_oversubscribe_and_is_stopped_with_usr1(monkeypatch: pytest
 
 @pytest.mark.parametrize(("rank0_starts", "status", "early", "want"), [
     (False, 1, (), 3),  # the launcher failed (too few slots, no PMI, ...): no rank 0 ever ran
+    (False, 0, (), 3),  # a launcher that ran nothing and said all was well
+    (True, 0, (), 0),   # every job done
     (True, 1, (), 1),   # the run started and a job failed
     (False, 2, (), 2),  # bad input found by the ranks
     (False, 130, (signal.SIGINT,), 130),  # stopped by hand while starting: not a failed launch
@@ -275,7 +277,7 @@ def test_a_launch_that_never_started_the_run_says_so(monkeypatch: pytest.MonkeyP
     rundir.check_free(run_dir)  # as slaq run does before the launch: the lock file exists, empty
     got, _, _ = _fake_launch(monkeypatch, run_dir, False, status, rank0_starts, early=early)
     assert got == want
-    said = "mpiexec exited with status 1 before the run started" in capsys.readouterr().err
+    said = f"mpiexec exited with status {status} before the run started" in capsys.readouterr().err
     assert said == (want == 3)
 
 

@@ -438,13 +438,14 @@ FAKE_MPIEXEC = """\
 echo "$*" >> "$FAKE_LOG/launch"
 run_dir=$FAKE_RUN_DIR
 # rank 0 writes its pid into the lock file beside the run directory as it starts
-if [ "$FAKE_MODE" != launch-fail ]; then
+if [ "${FAKE_MODE#launch-}" = "$FAKE_MODE" ]; then
     mkdir -p "$(dirname "$run_dir")"; echo "pid $$" > "$(dirname "$run_dir")/.$(basename "$run_dir").lock"
 fi
 case $FAKE_MODE in
     done) exit 0 ;;
     fail) exit 1 ;;
     launch-fail) echo "launcher: no ranks started" >&2; exit 1 ;;
+    launch-nothing) exit 0 ;;
     stop) exit 75 ;;
     wait-stop)
         mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"; touch "$FAKE_LOG/started"
@@ -522,11 +523,12 @@ def test_script_resumes_when_state_exists(fake_cluster: dict[str, Any]) -> None:
 
 
 def test_script_says_when_the_launch_failed_before_the_run(fake_cluster: dict[str, Any]) -> None:
-    for mode, status in (("launch-fail", 3), ("fail", 1)):  # no rank 0 ran / a job failed
+    # no rank 0 ran (the launcher failed, or said 0 having run nothing) / a job failed
+    for mode, status in (("launch-fail", 3), ("launch-nothing", 3), ("fail", 1)):
         proc = _run_script(fake_cluster, mode)
         assert proc.returncode == status, proc.stdout + proc.stderr
-        said = "the MPI launch failed before the run started (status 1" in proc.stdout
-        assert said == (mode == "launch-fail"), proc.stdout
+        said = "the MPI launch failed before the run started (status " in proc.stdout
+        assert said == mode.startswith("launch-"), proc.stdout
         assert ("at least one job failed" in proc.stdout) == (mode == "fail"), proc.stdout
     assert _lines(fake_cluster["logs"] / "scontrol") == []
 
