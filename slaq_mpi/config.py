@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from slaq_mpi.datasets import DatasetSpec, check_file
-from slaq_mpi.errors import ConfigError, DataError
+from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
 from slaq_mpi.generators import (
     GENERATOR_REQUIRED,
     GENERATORS,
@@ -145,7 +145,8 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{where} YAML syntax", problem, "the file must be valid YAML") from None
+        raise ConfigError(f"{where} YAML syntax", NO_VALUE,
+                          f"{problem}; the file must be valid YAML") from None
     spec = parse(raw, check_files=check_files)
     return ExperimentSpec(**{**spec.__dict__, "source": text})
 
@@ -481,8 +482,8 @@ def _mapping(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
     for key in raw:
         if key not in allowed:
             shown = ", ".join(sorted(allowed)) or "none"
-            raise ConfigError(f"{where}.{key}" if where != "config" else str(key), "(unknown key)",
-                              f"allowed keys: {shown}")
+            raise ConfigError(f"{where}.{key}" if where != "config" else str(key), NO_VALUE,
+                              f"unknown key; allowed keys: {shown}")
     return raw
 
 

@@ -13,13 +13,23 @@ class SlaqError(Exception):
     """Base class of every error slaq-mpi raises on purpose."""
 
 
+NO_VALUE: Any = object()  # a ConfigError about a key itself (unknown key, YAML syntax): no value shown
+
+
 class ConfigError(SlaqError, ValueError):
-    """Bad input: a YAML key, value, data file or size. The CLI exits with status 2."""
+    """Bad input: a YAML key, value, data file or size. The CLI exits with status 2.
+
+    The message reads ``WHERE: VALUE is not allowed; ALLOWED``, or ``WHERE: ALLOWED`` when
+    ``value`` is :data:`NO_VALUE`.
+    """
 
     def __init__(self, where: str, value: Any, allowed: str) -> None:
         self.where = where
         self.value = value
         self.allowed = allowed
+        if value is NO_VALUE:
+            super().__init__(f"{where}: {allowed}")
+            return
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."

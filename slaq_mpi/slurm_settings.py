@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from slaq_mpi.errors import ConfigError
+from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = ["LAUNCHERS", "SlurmSettings", "parse_time", "settings_for", "settings_from_mapping"]
 
@@ -127,7 +127,8 @@ def settings_from_mapping(raw: Mapping[str, Any] | None, *, ranks: int = 8,
         raise ConfigError("slurm", raw, "must be a mapping of key: value")
     for key in raw:
         if key not in _KEYS:
-            raise ConfigError(f"slurm.{key}", "(unknown key)", f"allowed keys: {', '.join(sorted(_KEYS))}")
+            raise ConfigError(f"slurm.{key}", NO_VALUE,
+                              f"unknown key; allowed keys: {', '.join(sorted(_KEYS))}")
     out: dict[str, Any] = {"job_name": name, "nodes": 1, "ntasks": ranks}
     if "job_name" in raw:
         out["job_name"] = _word(raw["job_name"], "job_name")

@@ -74,7 +74,8 @@ def _check_params(name: str, cls: type, params: dict[str, Any]) -> None:
         if not ok:
             kind = {bool: "true or false", int: "an integer", float: "a finite number",
                     str: "a string"}[typing.cast(type, want)]
-            raise PolicyError(f"policy {name!r} parameter {key} is {value!r}; it must be {kind}")
+            raise PolicyError(f"policy {name!r} parameter {key} is {value!r}; it must be {kind} "
+                              "(docs/policies.md gives each parameter's range)")
 
 
 def get_policy(name: str, **params: Any) -> Policy:

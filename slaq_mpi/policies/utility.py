@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from slaq_mpi.errors import ConfigError
+from slaq_mpi.errors import NO_VALUE, ConfigError
 from slaq_mpi.policies._outlook import Outlook, build_outlook, min_cores_within
 from slaq_mpi.policies.slaq import SlaqPolicy, water_fill
 from slaq_mpi.snapshot import ClusterSnapshot
@@ -78,7 +78,8 @@ def validate_utility(raw: Any, where: str) -> dict[str, float]:
         raise ConfigError(where, raw, f"must be {_ALLOWED}")
     for key in raw:
         if key not in UTILITY_KEYS:
-            raise ConfigError(f"{where}.{key}", "(unknown key)", f"allowed keys: {', '.join(UTILITY_KEYS)}")
+            raise ConfigError(f"{where}.{key}", NO_VALUE,
+                              f"unknown key; allowed keys: {', '.join(UTILITY_KEYS)}")
     if "value" not in raw:
         raise ConfigError(f"{where}.value", None, "this key is required: what finishing the job is worth")
     out = {"value": _number(raw["value"], f"{where}.value")}

@@ -197,6 +197,7 @@ def cmd_sim_check(args: argparse.Namespace) -> int:
         print(json.dumps({"mean_share_difference": _num(cmp.mean_share_difference),
                           "threshold": args.threshold, "ok": ok}))
     else:
+        print("seconds per iteration on a cores, fitted to the real run (the simulator's scaling model):")
         for name, m in sorted(cmp.scaling.items()):
             print(f"  {name}: t(a) = {m.work:.4g}/a + {m.overhead:.4g} + {m.comm:.4g}*log2(a)")
         print(f"mean core-share difference (sim vs real): {cmp.mean_share_difference:.1%} "

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi.errors import ConfigError
+from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
 
@@ -126,7 +126,7 @@ def _keys(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
     for key in raw:
         if key not in allowed:
             shown = ", ".join(sorted(allowed))
-            raise ConfigError(f"{where}.{key}", "(unknown key)", f"allowed keys: {shown}")
+            raise ConfigError(f"{where}.{key}", NO_VALUE, f"unknown key; allowed keys: {shown}")
     return raw
 
 
