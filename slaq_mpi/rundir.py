@@ -119,9 +119,21 @@ def _check_is_output(where: Path, key: str, path: str | Path) -> None:
         return
     if any((e / "metrics.h5").is_file() for e in entries if e.is_dir()):
         return
+    if all(_interrupted_output(e) for e in entries):  # a simulation stopped before any write
+        return
     shown = ", ".join(e.name for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
     raise ConfigError(key, str(path), f"holds files that are not a slaq run ({shown}); an earlier "
                       "run is moved aside, other files never: give an empty or new directory")
+
+
+def _interrupted_output(entry: Path) -> bool:
+    """What a simulation (or sim-check) stopped before its metrics were written leaves: a
+    half-written ``metrics.h5.tmp*``, or a ``<policy>/`` directory empty or holding only one."""
+    if entry.is_symlink():
+        return False
+    if entry.is_file():
+        return entry.name.startswith("metrics.h5.tmp")
+    return entry.is_dir() and all(_interrupted_output(f) and f.is_file() for f in entry.iterdir())
 
 
 def check_free(run_dir: str | Path) -> None:

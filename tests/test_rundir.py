@@ -371,6 +371,23 @@ def test_a_fresh_run_moves_aside_only_an_earlier_run_or_simulation(tmp_path: Pat
         assert aside is not None and (aside / "slaq" / "metrics.h5").is_file()
 
 
+def test_a_simulation_stopped_before_writing_is_moved_aside(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    (out / "slaq").mkdir(parents=True)
+    (out / "slaq" / "metrics.h5.tmp4242").write_text("half")  # killed while writing
+    (out / "fair").mkdir()  # killed between mkdir and the first write
+    with rundir.fresh_output(out, "--out") as aside:
+        assert aside is not None and (aside / "slaq" / "metrics.h5.tmp4242").read_text() == "half"
+    check = tmp_path / "check"
+    check.mkdir()
+    (check / "metrics.h5.tmp7").write_text("half")  # sim-check writes <out>/metrics.h5
+    rundir.check_fresh(check, "--out")
+    (out / "fair").mkdir(parents=True)
+    (out / "fair" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"not a slaq run \(fair\)"):
+        rundir.check_fresh(out, "--out")
+
+
 @pytest.mark.parametrize("kind", ["file", "dir", "dir with a file"])
 def test_a_stop_made_as_anything_is_removed(kind: str, tmp_path: Path) -> None:
     stop = tmp_path / rundir.STOP_FILE
