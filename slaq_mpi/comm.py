@@ -23,6 +23,7 @@ from jobs.base import ReduceOp
 
 TAG_REPORT = 11
 TAG_ERROR = 12
+TAG_START = 13
 _SLEEP_MIN = 0.0002
 _SLEEP_MAX = 0.002
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
@@ -156,12 +157,24 @@ def barrier() -> None:
     _wait(_WORLD.Ibarrier())
 
 
-def all_true(flag: bool) -> bool:
-    """Collective over the world: whether ``flag`` holds on every rank."""
-    value = np.array([1 if flag else 0], dtype=np.int8)
-    result = np.zeros(1, dtype=np.int8)
-    _wait(_WORLD.Iallreduce(value, result, op=MPI.MIN))
-    return bool(result[0])
+def first_failure(message: str | None) -> tuple[int, str] | None:
+    """Collective over the world: ``(rank, message)`` of the lowest rank that passed a
+    message, or None if none did. Only rank 0 is given that rank's message (one small
+    point-to-point); the other ranks get the rank and ``""``."""
+    size, me = world_size(), world_rank()
+    mine = np.array([me if message is not None else size], dtype=np.int32)
+    lowest = np.zeros(1, dtype=np.int32)
+    _wait(_WORLD.Iallreduce(mine, lowest, op=MPI.MIN))
+    first = int(lowest[0])
+    if first == size:
+        return None
+    if first == me:
+        if me == 0:
+            return first, message or ""
+        _wait(_WORLD.isend(message, dest=0, tag=TAG_START))
+    if me == 0:
+        return first, str(_wait(_WORLD.irecv(source=first, tag=TAG_START)))
+    return first, ""
 
 
 def root_value(value: int) -> int:

@@ -21,6 +21,7 @@ from slaq_mpi.errors import (
     EXIT_DONE,
     EXIT_FAILED,
     EXIT_STOPPED,
+    NO_VALUE,
     ConfigError,
 )
 
@@ -320,10 +321,14 @@ def run_command(args: argparse.Namespace) -> int:
         spec, run_dir, resume = _spec_and_dir(args)
     except ConfigError as exc:
         failure = exc
-    if not comm.all_true(failure is None):
+    failed = comm.first_failure(None if failure is None else f"{comm.hostname()}\n{failure}")
+    if failed is not None:
         if rank == 0:
-            raise failure or ConfigError("config", args.config or args.resume,
-                                         "another rank could not read it (did it change during the start?)")
+            if failure is not None:
+                raise failure
+            who, (host, why) = failed[0], failed[1].split("\n", 1)
+            raise ConfigError(f"rank {who} on {host}", NO_VALUE, f"{why}; rank 0 on "
+                              f"{comm.hostname()} accepted it (do all nodes see the same files?)")
         return 2
     if size < 2 or size < spec.ranks:
         if rank == 0:

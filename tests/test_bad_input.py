@@ -670,3 +670,34 @@ def test_validate_names_the_bad_policy_parameter(tmp_path: Path) -> None:
     cfg.write_text(yaml.safe_dump(_with(["policy"], {"name": "goodput", "params": {"p": 3}})))
     _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "policy", "'goodput'",
              "p must be a finite number <= 1 (got 3)")
+
+
+NODE_LOCAL_SOLVER = '''
+import os
+
+from jobs.logreg import LogisticRegression
+
+rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+if rank == "2":  # as if this rank's node had an older copy of the file
+    raise ImportError("no module named 'sklearn'")
+
+
+class Mine(LogisticRegression):
+    pass
+'''
+
+
+@pytest.mark.mpi
+def test_a_config_only_some_ranks_refuse_is_reported_with_their_reason(tmp_path: Path) -> None:
+    """Rank 0 accepts the config but rank 2 cannot load the job's solver: the one line names
+    rank 2, its host and its own reason, and every rank ends with status 2."""
+    (tmp_path / "mine.py").write_text(NODE_LOCAL_SOLVER)
+    cfg = _with(["jobs", 0, "algorithm"], "mine.py:Mine")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    proc = run_mpi(GOOD["ranks"], ["-m", "slaq_mpi", "run", "c.yaml"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("slaq: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("slaq: error: rank 2 on "), errors[0]
+    assert "no module named 'sklearn'" in errors[0] and "rank 0 on " in errors[0], errors[0]
+    assert not (tmp_path / "runs").exists()
