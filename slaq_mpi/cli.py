@@ -42,6 +42,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             check(spec)
         except ConfigError as exc:  # a config may be for `slaq simulate` only: a note, not an error
             print(f"{args.config}: note: slaq run would refuse it here: {exc}")
+    for problem in config.memory_notes(spec):  # the nodes that train may have more memory
+        print(f"{args.config}: note: slaq run would refuse it here: {problem}")
     holder = holder_of(spec.output_dir)
     if holder:  # a run in progress: slaq run would refuse to start into it now
         print(f"{args.config}: note: slaq run would refuse it now: another slaq run is using "

@@ -73,6 +73,8 @@ class JobSpec:
     max_cores: int | None
     seed: int
     utility: Mapping[str, Any] | None = None
+    #: why the model would not fit in this machine's memory (see :func:`check_memory`)
+    memory_problem: ConfigError | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class ExperimentSpec:
     slurm: Mapping[str, Any] = field(default_factory=dict)
     simulation: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
+    path: Path | None = None  # the YAML file it was read from
 
 
 class _Loader(yaml.SafeLoader):
@@ -126,8 +129,10 @@ def yaml_loader() -> type[yaml.SafeLoader]:
 def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
     """Read and validate the experiment YAML at ``path``.
 
-    ``check_files`` also checks what is on this machine: data files, the output directory, and
-    that every job's model fits in its memory (``slaq simulate``, which builds none, skips it).
+    ``check_files`` also checks what is on this machine: data files and the output directory,
+    and it estimates whether every job's model fits in this machine's memory. A model that
+    does not is not refused here (the login node that submits is not the node that trains):
+    ``slaq run`` refuses it with :func:`check_memory`, ``validate`` and ``submit`` note it.
     """
     p = Path(path)
     if (p / "state.json").is_file():
@@ -148,7 +153,7 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
         raise ConfigError(f"{where} YAML syntax", NO_VALUE,
                           f"{problem}; the file must be valid YAML") from None
     spec = parse(raw, check_files=check_files)
-    return ExperimentSpec(**{**spec.__dict__, "source": text})
+    return ExperimentSpec(**{**spec.__dict__, "source": text, "path": p})
 
 
 def check_data_space(spec: ExperimentSpec) -> None:
@@ -164,9 +169,9 @@ def check_data_space(spec: ExperimentSpec) -> None:
 
 
 def input_files(spec: ExperimentSpec) -> list[Path]:
-    """The files the ranks of a run of ``spec`` read once it has started: data files and user
-    solver files (every rank has read the config before the run directory is touched)."""
-    files = []
+    """The files a run of ``spec`` reads: its YAML, data files and user solver files (a fresh
+    run must not move them aside with an earlier run)."""
+    files = [spec.path] if spec.path is not None else []
     for job in spec.jobs:
         if job.dataset.path:
             files.append(Path(job.dataset.path))
@@ -288,8 +293,9 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
                           f"the labels go up to {top:g}: must be at least {top + 1:g}, or 0 to "
                           "count the classes from the labels")
     stop = _stop(_section(job, "stop", where), f"{where}.stop")
+    memory_problem = None
     if check_files and rows is not None and features is not None:
-        _check_state_memory(where, name, str(algorithm), solver, hyper, _Sizes(
+        memory_problem = _memory_problem(where, name, str(algorithm), solver, hyper, _Sizes(
             rows, features, top, stop.max_iterations, dataset))
     max_cores = job.get("max_cores")
     if max_cores is not None:
@@ -309,6 +315,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
         max_cores=max_cores,
         seed=_int(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0, hi=SEED_MAX),
         utility=dict(utility) if utility is not None else None,
+        memory_problem=memory_problem,
     )
 
 
@@ -398,58 +405,99 @@ class _Sizes:
     dataset: DatasetSpec
 
 
-def _check_state_memory(where: str, job: str, algorithm: str, solver: Any,
-                        hyper: Mapping[str, Any], sizes: _Sizes) -> None:
-    """Refuse a job whose model state (every rank of the job holds a full copy) cannot fit in
-    this machine's physical memory, by the solver's ``state_bytes`` estimate. A user solver
-    without the method, or a platform that does not tell its memory, is not checked.
+def check_memory(spec: ExperimentSpec) -> None:
+    """Refuse a spec with a job whose model (every rank of the job holds a full copy) cannot
+    fit in this machine's memory: ``slaq run``, on the machines its ranks run on.
 
     Raises:
-        ConfigError: naming the hyperparameter whose default would save the most (or the
-            dataset), the estimate and the memory, and the largest value that fits.
+        ConfigError: the first such job's problem (see :func:`memory_notes`).
+    """
+    for job in spec.jobs:
+        if job.memory_problem is not None:
+            raise job.memory_problem
+
+
+def memory_notes(spec: ExperimentSpec) -> list[str]:
+    """One line per job whose model cannot fit in this machine's memory."""
+    return [str(job.memory_problem) for job in spec.jobs if job.memory_problem is not None]
+
+
+def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
+                    hyper: Mapping[str, Any], sizes: _Sizes) -> ConfigError | None:
+    """Whether a job's model state cannot fit in this machine's physical memory, by the
+    solver's ``state_bytes`` estimate: the error naming the hyperparameter whose default would
+    save the most (or the dataset), the estimate, the memory and the largest value that fits.
+    A user solver without the method, or a platform that does not tell its memory, passes.
+
+    Raises:
+        ConfigError: the solver's ``state_bytes`` raised for the job's own values.
     """
     estimate = getattr(solver, "state_bytes", None)
     memory = physical_memory()
     if estimate is None or memory is None:
-        return
+        return None
     count = getattr(solver, "class_count", "")
 
     def needs(values: Mapping[str, Any]) -> int:
         params = {**solver.defaults, **values}
         if count and params[count] == 0 and sizes.top_label is not None:
             params[count] = int(sizes.top_label) + 1  # the classes the labels need
-        try:
-            return int(estimate(params, sizes.rows, sizes.features, sizes.iterations))
-        except Exception as exc:  # noqa: BLE001 - a user's solver may raise anything
-            raise ConfigError(f"{where}.algorithm", algorithm, f"its state_bytes raised "
-                              f"{exc.__class__.__name__}: {exc}") from None
+        return int(estimate(params, sizes.rows, sizes.features, sizes.iterations))
 
-    need = needs(hyper)
+    try:
+        need = needs(hyper)
+    except Exception as exc:  # noqa: BLE001 - a user's solver may raise anything
+        raise ConfigError(f"{where}.algorithm", algorithm, f"its state_bytes raised "
+                          f"{exc.__class__.__name__}: {exc}") from None
     if need <= memory:
-        return
-    # the key set in the YAML whose default saves the most; else the dataset is too wide
-    saved = {key: need - needs({**hyper, key: solver.defaults[key]}) for key in hyper}
-    key = max(saved, key=lambda k: saved[k], default=None)
+        return None
     what = f"job {job!r}: {algorithm}"
-    if key is not None and saved[key] > 0:
+    key, fits = _smaller_value(hyper, solver, needs, need, memory)
+    if key is not None:
         what += f" with {key} {hyper[key]!r}"
     what += (f" on {sizes.features} features needs about {format_bytes(need)} on every rank for its "
              f"model and a step's buffers; this machine has {format_bytes(memory)} of memory")
-    if key is None or saved[key] <= 0:
+    if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too wide
         data = sizes.dataset
         at, value = ((f"{where}.dataset.features", sizes.features) if data.generator is not None
                      else (f"{where}.dataset.path", data.path))
-        raise ConfigError(at, value, what + "; use a smaller model or fewer features")
+        return ConfigError(at, value, what + "; use a smaller model or fewer features")
+    return ConfigError(f"{where}.hyperparameters.{key}", hyper[key], what + (
+        f"; {key} must be at most {fits} to fit at all" if fits is not None
+        else f"; a smaller {key} fits (its default {solver.defaults[key]!r} does)"))
+
+
+def _smaller_value(hyper: Mapping[str, Any], solver: Any, needs: Any, need: int,
+                   memory: int) -> tuple[str | None, int | None]:
+    """The hyperparameter set in the YAML whose default saves the most and makes the model
+    fit, with (for an integer) the largest value below the YAML's that fits; ``(None, None)``
+    when none does. An estimate that raises for a value counts as not fitting."""
+
+    def fits(values: Mapping[str, Any]) -> bool:
+        try:
+            return bool(needs(values) <= memory)
+        except Exception:  # noqa: BLE001 - a user's estimate may refuse values in between
+            return False
+
+    def saved(key: str) -> int:
+        try:
+            return need - int(needs({**hyper, key: solver.defaults[key]}))
+        except Exception:  # noqa: BLE001
+            return 0
+
+    keys = sorted((k for k in hyper if saved(k) > 0), key=saved, reverse=True)
+    key = next((k for k in keys if fits({**hyper, k: solver.defaults[k]})), None)
+    if key is None:
+        return None, None
     value = hyper[key]
-    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-        lo, hi = 0, value  # the largest value in [1, value) that fits, if any (lo 0: none)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if needs({**hyper, key: mid}) <= memory else (lo, mid)
-        rule = solver.allowed.get(key) if isinstance(getattr(solver, "allowed", None), Mapping) else None
-        if lo >= 1 and (rule is None or rule.admits(lo)):
-            what += f"; {key} must be at most {lo} to fit at all"
-    raise ConfigError(f"{where}.hyperparameters.{key}", value, what)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 1:
+        return key, None
+    lo, hi = 0, value  # the largest value in [1, value) that fits (lo 0: none)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits({**hyper, key: mid}) else (lo, mid)
+    rule = solver.allowed.get(key) if isinstance(getattr(solver, "allowed", None), Mapping) else None
+    return key, (lo if lo >= 1 and (rule is None or rule.admits(lo)) else None)
 
 
 def format_bytes(n: float) -> str:

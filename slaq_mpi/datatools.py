@@ -153,10 +153,27 @@ def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **option
     try:
         generate(spec, tmp, seed)
         _readable(tmp, out)
-        os.replace(tmp, out)
+        _publish(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Give the finished ``tmp`` the name ``out``, never replacing a file that appeared there
+    while it was written (a hard link fails if ``out`` exists; a rename would not)."""
+    taken = ConfigError("out", str(out), "appeared while the data was written; data make and "
+                        "convert never replace a file: remove it first or give a new path")
+    try:
+        os.link(tmp, out)
+    except FileExistsError:
+        raise taken from None
+    except OSError:  # a file system without hard links
+        if out.exists() or out.is_symlink():
+            raise taken from None
+        os.replace(tmp, out)
+        return
+    tmp.unlink()
 
 
 def _readable(tmp: Path, out: Path) -> None:
@@ -185,7 +202,7 @@ class _Output:
             self.f.close()
             if exc_type is None:
                 _readable(self.tmp, self.out)
-                os.replace(self.tmp, self.out)
+                _publish(self.tmp, self.out)
         finally:
             if self.tmp.exists():
                 self.tmp.unlink()

@@ -60,7 +60,9 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         raise ConfigError("config", args.config, "give an experiment YAML or --resume RUN_DIR, not both "
                           "(a resumed run uses the config.yaml saved in RUN_DIR)")
     if args.resume:
-        run_dir = Path(os.path.abspath(args.resume))  # "a/../b" shown as b; links kept
+        given = Path(args.resume).absolute()
+        tidy = Path(os.path.abspath(given))  # "a/../b" shown as b, unless a is a link
+        run_dir = tidy if tidy.resolve() == given.resolve() else given
         saved = run_dir / "config.yaml"
         if not (run_dir / "state.json").is_file() or not saved.is_file():
             raise ConfigError("--resume", args.resume, "must be a run directory of an earlier "
@@ -70,11 +72,13 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         _enter_start_dir(run_dir)
         spec = config.load(saved)
         config.require_live(spec)
+        config.check_memory(spec)
         return spec, run_dir, True
     if not args.config:
         raise ConfigError("config", None, "give an experiment YAML, or --resume RUN_DIR")
     spec = config.load(args.config)
     config.require_live(spec)
+    config.check_memory(spec)
     return spec, spec.output_dir, False
 
 

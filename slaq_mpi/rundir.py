@@ -51,9 +51,13 @@ def _open_locked(run_dir: Path) -> IO[str]:
         fh.seek(0)
         holder = fh.read().strip() or "another process"
         fh.close()
-        raise ConfigError("run directory", str(run_dir), f"another slaq run is using it "
-                          f"({holder}); wait for it to end, or stop it first") from None
+        raise _busy(run_dir, holder) from None
     return fh
+
+
+def _busy(run_dir: Path, holder: str) -> ConfigError:
+    return ConfigError("run directory", str(run_dir), f"another slaq run is using it ({holder}); "
+                       "wait for it to end, or stop it first")
 
 
 def _holder(lock: Path) -> str | None:
@@ -112,33 +116,41 @@ RUN_FILES = ("config.yaml", "state.json", "metrics.h5")  # a slaq run directory 
 
 
 def _check_is_output(where: Path, key: str, path: str | Path) -> None:
-    """Refuse a non-empty directory that holds neither a slaq run nor a simulation's output
-    (``<policy>/metrics.h5``): :func:`move_aside` would move someone's own files away."""
-    entries = sorted(where.iterdir(), key=lambda e: (e.name.startswith("."), e.name))
-    if not entries or any((where / name).exists() for name in RUN_FILES):
-        return
-    if any((e / "metrics.h5").is_file() for e in entries if e.is_dir()):
-        return
-    if all(_interrupted_output(e) for e in entries):  # a simulation stopped before any write
-        return
+    """Refuse a non-empty directory that holds neither a slaq run nor only a simulation's
+    output: :func:`move_aside` would move someone's own files away."""
+    try:
+        entries = sorted(where.iterdir(), key=lambda e: (e.name.startswith("."), e.name))
+        if not entries or any((where / name).exists() for name in RUN_FILES):
+            return
+        if all(_simulation_output(e) for e in entries) and any(e.suffix != ".png" for e in entries):
+            return
+    except OSError as exc:
+        raise ConfigError(key, str(path), f"cannot be read ({exc.strerror or exc}); give a "
+                          "directory you can read and write") from None
     shown = ", ".join(e.name for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
     raise ConfigError(key, str(path), f"holds files that are not a slaq run ({shown}); an earlier "
                       "run is moved aside, other files never: give an empty or new directory")
 
 
-def _interrupted_output(entry: Path) -> bool:
-    """What a simulation (or sim-check) stopped before its metrics were written leaves: a
-    half-written ``metrics.h5.tmp*``, or a ``<policy>/`` directory empty or holding only one."""
+def _simulation_output(entry: Path) -> bool:
+    """What ``slaq simulate --out`` leaves: ``<policy>/`` holding its ``metrics.h5`` (or, if
+    stopped while writing, a ``metrics.h5.tmp*`` or nothing), and the PNGs of a report; or
+    the ``metrics.h5.tmp*`` of a ``slaq sim-check --out`` stopped while writing."""
+    from slaq_mpi.policies import POLICY_NAMES, SIMULATION_POLICY_NAMES
+
     if entry.is_symlink():
         return False
     if entry.is_file():
-        return entry.name.startswith("metrics.h5.tmp")
-    return entry.is_dir() and all(_interrupted_output(f) and f.is_file() for f in entry.iterdir())
+        return entry.suffix == ".png" or entry.name.startswith("metrics.h5.tmp")
+    return (entry.name in (*POLICY_NAMES, *SIMULATION_POLICY_NAMES) and entry.is_dir() and all(
+        f.is_file() and not f.is_symlink() and f.name.startswith("metrics.h5") for f in entry.iterdir()))
 
 
 def check_free(run_dir: str | Path) -> None:
-    """Raise :class:`ConfigError` if a running slaq run holds ``run_dir`` (takes no lock)."""
-    _open_locked(Path(run_dir)).close()
+    """Raise :class:`ConfigError` if a running slaq run holds ``run_dir`` (creates nothing)."""
+    holder = holder_of(run_dir)
+    if holder:
+        raise _busy(Path(run_dir), holder)
 
 
 def _take(run_dir: str | Path) -> IO[str]:

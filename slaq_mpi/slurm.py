@@ -340,20 +340,38 @@ def _check_log_dirs(settings: SlurmSettings, cwd: Path) -> None:
                               "would not create it and the job would leave no log: create it first")
 
 
+def _run_part(text: str) -> Any:
+    """An experiment YAML without the sections a resumed run ignores (None if unparsable)."""
+    import yaml
+
+    from slaq_mpi import config
+
+    try:
+        raw = yaml.load(text, Loader=config.yaml_loader())  # noqa: S506 - a safe loader
+    except yaml.YAMLError:
+        return None
+    if isinstance(raw, dict):
+        raw = {k: v for k, v in raw.items() if k not in ("slurm", "simulation")}
+    return raw
+
+
 def _check_resumable(run_dir: Path, source: str, given: str) -> None:
     """Refuse to submit ``given`` (YAML text ``source``) into ``run_dir``, which holds an
-    earlier run that the job would resume, unless that run is of this very config and has
-    not finished."""
+    earlier run that the job would resume, unless that run is of this config and has not
+    finished. Only the ``slurm:`` section (and ``simulation:``) may differ: a longer time
+    limit or another partition for the rest of a run is the usual reason to submit it again."""
     from slaq_mpi.launch import finished_status
 
     try:
         saved = (run_dir / "config.yaml").read_text()
     except (OSError, UnicodeDecodeError):
-        saved = None
-    if saved != source:
+        raise ConfigError("output_dir", str(run_dir), "holds an earlier run without a readable "
+                          "config.yaml, which the job would try to resume: move it away, or give "
+                          "this config another output_dir") from None
+    if _run_part(saved) != _run_part(source):
         raise ConfigError("output_dir", str(run_dir), f"holds an earlier run of another config (its "
-                          f"config.yaml differs from {given}), which the job would resume instead: "
-                          "move it away, or give this config another output_dir")
+                          f"config.yaml differs from {given} outside slurm:), which the job would "
+                          "resume instead: move it away, or give this config another output_dir")
     if finished_status(run_dir) is not None:
         raise ConfigError("output_dir", str(run_dir), "holds a finished run of this config; nothing "
                           "to resume: move it away for a fresh run (slaq report shows its results)")
@@ -364,6 +382,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
     spec = config.load(args.config)
     config.require_live(spec)
+    for problem in config.memory_notes(spec):  # the compute nodes check it again, and may have more
+        print(f"slaq: note: too big for this machine's memory: {problem}", file=sys.stderr)
     settings = settings_for(spec)
     if settings.python is None:
         # the job runs the Python that runs this command (its venv need not be active)

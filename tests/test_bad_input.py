@@ -701,3 +701,22 @@ def test_a_config_only_some_ranks_refuse_is_reported_with_their_reason(tmp_path:
     assert errors[0].startswith("slaq: error: rank 2 on "), errors[0]
     assert "no module named 'sklearn'" in errors[0] and "rank 0 on " in errors[0], errors[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_key_and_syntax_errors_read_as_one_exact_line(tmp_path: Path) -> None:
+    (tmp_path / "u.yaml").write_text(yaml.safe_dump(_with(["epochs"], 3)))
+    proc = run_slaq(["validate", "u.yaml"], cwd=tmp_path)
+    assert proc.returncode == 2 and _one_error_line(proc.stderr) == (
+        "slaq: error: epochs: unknown key; allowed keys: epoch_seconds, jobs, name, output_dir, "
+        "policy, ranks, seed, simulation, slurm"), proc.stderr
+    (tmp_path / "s.yaml").write_text("name: t\njobs: [\n")
+    proc = run_slaq(["validate", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 2 and _one_error_line(proc.stderr) == (
+        "slaq: error: s.yaml:3:1 YAML syntax: expected the node content, but found '<stream end>'; "
+        "the file must be valid YAML"), proc.stderr
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(_with(["policy"], {"name": "goodput",
+                                                                       "params": {"p": "x"}})))
+    _refused(run_slaq(["validate", "p.yaml"], cwd=tmp_path),
+             "parameter p is 'x'; it must be a finite number (docs/policies.md gives each "
+             "parameter's range)")
+    assert not (tmp_path / "runs").exists()

@@ -327,7 +327,7 @@ def test_make_and_the_yaml_accept_the_same_generator_params(tmp_path: Path, key:
 
     kind = next(g for g, (_, opts) in generators.GENERATORS.items() if key in opts or key in
                 ("rows", "features", "seed"))
-    for value in values:
+    for i, value in enumerate(values):
         params = {"rows": 4, "features": 3, key: value}
         raw = {"name": "x", "policy": "fair", "jobs": [
             {"name": "a", "algorithm": "kmeans", "hyperparameters": {"k": 1},
@@ -338,7 +338,7 @@ def test_make_and_the_yaml_accept_the_same_generator_params(tmp_path: Path, key:
         except ConfigError:
             yaml_ok = False
         try:
-            make(kind, tmp_path / "m.h5", **params)  # type: ignore[arg-type]
+            make(kind, tmp_path / f"m{i}.h5", **params)  # type: ignore[arg-type]
             make_ok = True
         except ConfigError:
             make_ok = False
@@ -401,6 +401,25 @@ def test_make_and_convert_never_replace_an_existing_file(tmp_path: Path, capsys)
         assert err.count("\n") == 1 and "already exists" in err and "remove it first" in err, err
     assert notes.read_text() == "keep: me\n" and made.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.csv", "made.h5", "notes.yaml"]
+
+
+def test_a_file_that_appears_at_out_while_writing_is_kept(tmp_path: Path, capsys,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from slaq_mpi import datatools
+
+    out = tmp_path / "d.h5"
+    real = datatools._readable
+
+    def meanwhile(tmp: Path, dest: Path) -> None:
+        real(tmp, dest)
+        dest.write_text("written by someone else meanwhile")
+
+    monkeypatch.setattr(datatools, "_readable", meanwhile)
+    assert slaq_main(["data", "make", "blobs", str(out), "--rows", "10", "--features", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "appeared while the data was written" in err, err
+    assert out.read_text() == "written by someone else meanwhile"
+    assert [p.name for p in tmp_path.iterdir()] == ["d.h5"]  # no temporary file left
 
 
 @pytest.mark.parametrize("features", ["0", "-3"])

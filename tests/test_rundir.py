@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slaq_mpi import cli, rundir
+from slaq_mpi import cli, config, rundir
 from slaq_mpi.errors import ConfigError
 
 
@@ -68,6 +68,8 @@ def test_lock_is_released_when_its_holder_ends(tmp_path: Path) -> None:
         proc.wait()
     rundir.check_free(run_dir)  # free again
     rundir.check_free(run_dir)  # checking takes no lock
+    rundir.check_free(tmp_path / "deep" / "runs" / "x")
+    assert not (tmp_path / "deep").exists()  # and creates nothing (slaq submit --dry-run)
 
 
 def test_only_a_stop_file_older_than_the_start_is_removed(tmp_path: Path) -> None:
@@ -274,7 +276,7 @@ def test_a_launch_that_never_started_the_run_says_so(monkeypatch: pytest.MonkeyP
                                                      capsys: pytest.CaptureFixture[str], rank0_starts: bool,
                                                      status: int, early: tuple[int, ...], want: int) -> None:
     run_dir = tmp_path / "run"
-    rundir.check_free(run_dir)  # as slaq run does before the launch: the lock file exists, empty
+    rundir.check_free(run_dir)  # as slaq run does before the launch (creates nothing)
     got, _, _ = _fake_launch(monkeypatch, run_dir, False, status, rank0_starts, early=early)
     assert got == want
     said = f"mpiexec exited with status {status} before the run started" in capsys.readouterr().err
@@ -369,6 +371,41 @@ def test_a_fresh_run_moves_aside_only_an_earlier_run_or_simulation(tmp_path: Pat
         rundir.check_fresh(ok, "output_dir")
     with rundir.fresh_output(sim, "--out") as aside:
         assert aside is not None and (aside / "slaq" / "metrics.h5").is_file()
+
+
+def test_a_folder_of_runs_or_the_configs_own_folder_is_never_moved(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = tmp_path / "runs"
+    for name in ("old1", "slaq"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.h5").write_text("x")
+    (runs / "README.txt").write_text("my notes")
+    with pytest.raises(ConfigError, match=r"not a slaq run \(README.txt, old1, slaq\)"):
+        rundir.check_fresh(runs, "output_dir")  # only <policy>/metrics.h5 is a simulation
+    (runs / "README.txt").unlink()
+    with pytest.raises(ConfigError, match=r"not a slaq run \(old1, slaq\)"):
+        rundir.check_fresh(runs, "output_dir")  # old1 is no policy: a folder of runs
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "notes.md").write_text("mine")
+    (exp / "config.yaml").write_text(
+        f"name: t\noutput_dir: {exp}\njobs: [{{name: a, algorithm: logreg, "
+        "dataset: {generator: classification, rows: 50, features: 2}}]\n")
+    spec = config.load(exp / "config.yaml")
+    with pytest.raises(ConfigError, match=r"holds .*exp/config.yaml, which this run reads"):
+        rundir.check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    (figs / "fig1.png").write_text("x")  # PNGs alone are someone's figures
+    with pytest.raises(ConfigError, match="not a slaq run"):
+        rundir.check_fresh(figs, "output_dir")
+
+    def unreadable(self: Path) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "iterdir", unreadable)
+    with pytest.raises(ConfigError, match=r"cannot be read \(Permission denied\); give a directory"):
+        rundir.check_fresh(figs, "output_dir")
 
 
 def test_a_simulation_stopped_before_writing_is_moved_aside(tmp_path: Path) -> None:

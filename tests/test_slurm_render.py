@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from slaq_mpi import cli, launch, slurm
+from slaq_mpi import cli, slurm
 from slaq_mpi.errors import ConfigError
+from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.slurm import SlurmError, render_sbatch
 from slaq_mpi.slurm_settings import SlurmSettings, parse_time, settings_for, settings_from_mapping
 
@@ -293,8 +294,20 @@ def test_submit_resumes_only_an_unfinished_run_of_the_same_config(
     captured = capsys.readouterr()
     assert "holds an earlier run of this config; the job will resume it" in captured.err
     assert "submitted batch job 4242" in captured.out
-    monkeypatch.setattr(launch, "finished_status", lambda run_dir: 0)
+    # a longer time limit for the rest of the run changes only slurm:, which a resume ignores
+    (run / "config.yaml").write_text(cfg.read_text() + "slurm: {time: '00:10:00'}\n")
+    assert cli.main(["submit", str(cfg)]) == 0
+    assert "the job will resume it" in capsys.readouterr().err
     fake.calls.clear()
+    (run / "config.yaml").unlink()
+    assert cli.main(["submit", str(cfg)]) == 2
+    assert "holds an earlier run without a readable config.yaml" in capsys.readouterr().err
+    (run / "config.yaml").write_text(cfg.read_text())
+    record = RunRecord(attrs={"name": "tiny", "policy": "fair", "mode": "run", "capacity": 3},
+                       jobs={"a": JobRecord(name="a", algorithm="logreg", convergence="linear",
+                                            arrival=0.0, max_cores=3, status="done")})
+    record.write(run / "metrics.h5")
+    (run / "state.json").write_text('{"epoch": 9, "elapsed": 20.0, "finished": true}')
     assert cli.main(["submit", str(cfg)]) == 2
     assert "holds a finished run of this config; nothing to resume" in capsys.readouterr().err
     assert fake.calls == []

@@ -35,14 +35,21 @@ def memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config, "physical_memory", lambda: int(23.5 * GIB))
 
 
+def _parse(raw: dict[str, Any]) -> config.ExperimentSpec:
+    """As slaq run checks a config: parsed, then refused if a model does not fit here."""
+    spec = config.parse(raw)
+    config.check_memory(spec)
+    return spec
+
+
 def test_physical_memory_is_known_here() -> None:
     assert (config.physical_memory() or 0) > 2**27  # Linux tells; at least 128 MiB
 
 
-def test_validate_refuses_a_model_no_machine_can_hold(tmp_path: Path) -> None:
+def test_run_refuses_a_model_too_big_for_this_machine_and_validate_notes_it(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"  # 10^12 hidden units: hundreds of TiB of weights
     cfg.write_text(yaml.safe_dump(_raw(tmp_path, "mlp", BLOBS, hidden=10**12)))
-    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    proc = run_slaq(["run", str(cfg)], cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("slaq: error: jobs[0].hyperparameters.hidden: "
@@ -50,12 +57,16 @@ def test_validate_refuses_a_model_no_machine_can_hold(tmp_path: Path) -> None:
                                                    "hidden 1000000000000 on 50 features needs about ")
     assert "on every rank" in lines[0] and "of memory" in lines[0], lines[0]
     assert not (tmp_path / "run").exists()
+    # the machine that validates (or submits) need not be the one that trains: a note
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{cfg}: note: slaq run would refuse it here: {lines[0][len('slaq: error: '):]}" in proc.stdout
 
 
 def test_the_line_names_the_size_the_memory_and_the_largest_value_that_fits(
         tmp_path: Path, memory: None) -> None:
     with pytest.raises(ConfigError) as err:
-        config.parse(_raw(tmp_path, "mlp", BLOBS, hidden=1_000_000_000))
+        _parse(_raw(tmp_path, "mlp", BLOBS, hidden=1_000_000_000))
     cls = load_solver("mlp")
     fits = int(str(err.value).rsplit("hidden must be at most ", 1)[1].split()[0])
     need = {h: cls.state_bytes({**cls.defaults, "hidden": h, "classes": 8}, 1000, 50, 200)
@@ -76,11 +87,11 @@ def test_a_data_file_gives_its_features_and_labels(tmp_path: Path, memory: None)
         f["y"] = np.arange(30) % 3
     raw = _raw(tmp_path, "mlp", {"path": str(tmp_path / "d.h5")}, hidden=2 * 10**8)
     with pytest.raises(ConfigError, match=r"^jobs\[0\]\.hyperparameters\.hidden: .* on 4 features "):
-        config.parse(raw)
+        _parse(raw)
     config.parse(raw, check_files=False)  # slaq simulate builds no model: not checked
     raw["jobs"][0]["hyperparameters"] = {"hidden": 10**8}  # 6 x 8 x 8e8 bytes: 35.8 GiB
     with pytest.raises(ConfigError, match="about 35.8 GiB"):
-        config.parse(raw)
+        _parse(raw)
 
 
 def test_too_many_features_names_the_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,11 +99,18 @@ def test_too_many_features_names_the_dataset(tmp_path: Path, monkeypatch: pytest
     wide = {"generator": "classification", "rows": 10, "features": 1000}
     with pytest.raises(ConfigError, match=r"^jobs\[0\]\.dataset\.features: 1000 is not allowed; job "
                        r"'a': logreg on 1000 features needs about 39.1 KiB .* fewer features$"):
-        config.parse(_raw(tmp_path, "logreg", wide))
+        _parse(_raw(tmp_path, "logreg", wide))
     # a hyperparameter set below its default saves nothing: the dataset is still to blame
     with pytest.raises(ConfigError, match=r"^jobs\[0\]\.dataset\.features: .* kmeans on 1000"):
-        config.parse(_raw(tmp_path, "kmeans", {**BLOBS, "features": 1000}, k=4))
-    config.parse(_raw(tmp_path, "logreg", {**wide, "features": 100}))
+        _parse(_raw(tmp_path, "kmeans", {**BLOBS, "features": 1000}, k=4))
+    _parse(_raw(tmp_path, "logreg", {**wide, "features": 100}))
+
+
+def test_a_model_too_big_at_any_size_of_its_key_names_the_dataset(tmp_path: Path, memory: None) -> None:
+    huge = {"generator": "classification", "rows": 10, "features": 10**10}
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.dataset\.features: 10000000000 is not allowed; "
+                       r"job 'a': mlp on 10000000000 features .* fewer features$"):
+        _parse(_raw(tmp_path, "mlp", huge, hidden=50))  # hidden 1 would not fit either
 
 
 def test_unknown_memory_or_estimate_skips_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,13 +119,13 @@ def test_unknown_memory_or_estimate_skips_the_check(tmp_path: Path, monkeypatch:
         "    needs_labels = False\n\n    def step(self): return 0.0\n\n"
         "    def get_state(self): return {}\n\n    def set_state(self, state): pass\n")
     monkeypatch.setattr(config, "physical_memory", lambda: 1)
-    config.parse(_raw(tmp_path, f"{tmp_path}/mine.py:Mine", BLOBS))  # inherits 0: unknown
+    _parse(_raw(tmp_path, f"{tmp_path}/mine.py:Mine", BLOBS))  # inherits 0: unknown
     monkeypatch.undo()
     monkeypatch.setattr(os, "sysconf", lambda name: -1)  # the platform does not know
     assert config.physical_memory() is None
     monkeypatch.setattr(os, "sysconf", _no_sysconf)
     assert config.physical_memory() is None
-    config.parse(_raw(tmp_path, "mlp", BLOBS, hidden=10**12))
+    _parse(_raw(tmp_path, "mlp", BLOBS, hidden=10**12))
 
 
 def _no_sysconf(name: str) -> int:
@@ -123,13 +141,13 @@ def test_a_user_estimate_is_used_and_its_errors_are_one_line(tmp_path: Path, mem
         "        return params['size'] * 2**30\n\n    def step(self): return 0.0\n\n"
         "    def get_state(self): return {}\n\n    def set_state(self, state): pass\n")
     ref = f"{tmp_path}/big.py:Big"
-    config.parse(_raw(tmp_path, ref, BLOBS, size=23))
+    _parse(_raw(tmp_path, ref, BLOBS, size=23))
     with pytest.raises(ConfigError, match=r"^jobs\[0\]\.hyperparameters\.size: 24 is not allowed; "
                        r".* needs about 24 GiB .* 23.5 GiB of memory; size must be at most 23 to"):
-        config.parse(_raw(tmp_path, ref, BLOBS, size=24))
+        _parse(_raw(tmp_path, ref, BLOBS, size=24))
     with pytest.raises(ConfigError, match=r"^jobs\[0\]\.algorithm: .* its state_bytes raised "
                        r"ValueError: negative size$"):
-        config.parse(_raw(tmp_path, ref, BLOBS, size=-1))
+        _parse(_raw(tmp_path, ref, BLOBS, size=-1))
 
 
 def test_the_packaged_configs_validate_with_small_models() -> None:

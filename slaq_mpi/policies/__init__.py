@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from slaq_mpi.snapshot import ClusterSnapshot
 
-__all__ = ["Policy", "PolicyError", "POLICY_NAMES", "get_policy", "LIVE_POLICY_NAMES"]
+__all__ = ["Policy", "PolicyError", "POLICY_NAMES", "get_policy", "LIVE_POLICY_NAMES",
+           "SIMULATION_POLICY_NAMES"]
 
 
 class Policy(Protocol):
@@ -46,6 +47,7 @@ _SIMULATION_ONLY: dict[str, tuple[str, str]] = {"oracle": ("slaq_mpi.sim.oracle"
 
 POLICY_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
 LIVE_POLICY_NAMES: tuple[str, ...] = POLICY_NAMES
+SIMULATION_POLICY_NAMES: tuple[str, ...] = tuple(sorted(_SIMULATION_ONLY))
 
 
 def _check_params(name: str, cls: type, params: dict[str, Any]) -> None:
