@@ -243,11 +243,17 @@ def _write_config(tmp_path: Path, slurm: dict[str, Any] | None = None) -> Path:
     return path
 
 
-def test_submit_goes_through_run_cmd(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
-                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _sbatch_answers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSlurm:
+    """sbatch accepts job 4242, which is pending; the commands run in ``tmp_path``."""
     fake = FakeSlurm({"sbatch": (0, "4242\n", ""), "scontrol": (0, PENDING.format("Priority"), "")})
     monkeypatch.setattr(slurm, "run_cmd", fake)
     monkeypatch.chdir(tmp_path)
+    return fake
+
+
+def test_submit_goes_through_run_cmd(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
+                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = _sbatch_answers(monkeypatch, tmp_path)
     cfg = _write_config(tmp_path, slurm={"time": "00:10:00", "account": "lab"})
     assert cli.main(["submit", str(cfg)]) == 0
     assert [argv[:2] for argv, _ in fake.calls] == [["sbatch", "--parsable"], ["scontrol", "show"]]
@@ -276,9 +282,7 @@ def test_dry_run_prints_the_script_and_runs_nothing(monkeypatch: pytest.MonkeyPa
 def test_submit_resumes_only_an_unfinished_run_of_the_same_config(
         monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeSlurm({"sbatch": (0, "4242\n", ""), "scontrol": (0, PENDING.format("Priority"), "")})
-    monkeypatch.setattr(slurm, "run_cmd", fake)
-    monkeypatch.chdir(tmp_path)
+    fake = _sbatch_answers(monkeypatch, tmp_path)
     cfg = _write_config(tmp_path)
     run = tmp_path / "runs" / "tiny"
     run.mkdir(parents=True)
@@ -350,9 +354,7 @@ def test_submit_rejects_a_bad_slurm_section(monkeypatch: pytest.MonkeyPatch, no_
 def test_submit_refuses_a_log_directory_that_does_not_exist(
         monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeSlurm({"sbatch": (0, "4242\n", ""), "scontrol": (0, PENDING.format("Priority"), "")})
-    monkeypatch.setattr(slurm, "run_cmd", fake)
-    monkeypatch.chdir(tmp_path)
+    fake = _sbatch_answers(monkeypatch, tmp_path)
     cfg = _write_config(tmp_path, slurm={"output": "nologs/%x-%j.out"})
     assert cli.main(["submit", str(cfg)]) == 2
     assert fake.calls == []  # nothing submitted
