@@ -24,6 +24,7 @@ from jobs.base import ReduceOp
 TAG_REPORT = 11
 TAG_ERROR = 12
 TAG_START = 13
+_START_MESSAGE_MAX = 4000  # characters: well below mpi4py's 32 KiB receive buffer
 _SLEEP_MIN = 0.0002
 _SLEEP_MAX = 0.002
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
@@ -171,7 +172,7 @@ def first_failure(message: str | None) -> tuple[int, str] | None:
     if first == me:
         if me == 0:
             return first, message or ""
-        _wait(_WORLD.isend(message, dest=0, tag=TAG_START))
+        _wait(_WORLD.isend((message or "")[:_START_MESSAGE_MAX], dest=0, tag=TAG_START))
     if me == 0:
         return first, str(_wait(_WORLD.irecv(source=first, tag=TAG_START)))
     return first, ""

@@ -73,8 +73,9 @@ class JobSpec:
     max_cores: int | None
     seed: int
     utility: Mapping[str, Any] | None = None
-    #: why the model would not fit in this machine's memory (see :func:`check_memory`)
-    memory_problem: ConfigError | None = field(default=None, compare=False, repr=False)
+    #: why the model would not fit in this machine's memory, as ConfigError arguments
+    #: (see :func:`check_memory`)
+    memory_problem: tuple[str, Any, str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -171,13 +172,23 @@ def check_data_space(spec: ExperimentSpec) -> None:
 def input_files(spec: ExperimentSpec) -> list[Path]:
     """The files a run of ``spec`` reads: its YAML, data files and user solver files (a fresh
     run must not move them aside with an earlier run)."""
-    files = [spec.path] if spec.path is not None else []
+    files = []
+    if spec.path is not None and not _saved_copy(spec):
+        files.append(spec.path)
     for job in spec.jobs:
         if job.dataset.path:
             files.append(Path(job.dataset.path))
         if ".py:" in job.algorithm:
             files.append(Path(job.algorithm.rsplit(":", 1)[0]))
     return files
+
+
+def _saved_copy(spec: ExperimentSpec) -> bool:
+    """Whether ``spec`` was read from the ``config.yaml`` an earlier run saved in its own
+    output_dir: every rank has read it before the run moves aside, and it is written anew."""
+    out = spec.output_dir
+    return (spec.path is not None and spec.path.resolve() == (out / "config.yaml").resolve()
+            and ((out / "state.json").is_file() or (out / "metrics.h5").is_file()))
 
 
 def require_live(spec: ExperimentSpec) -> None:
@@ -414,16 +425,17 @@ def check_memory(spec: ExperimentSpec) -> None:
     """
     for job in spec.jobs:
         if job.memory_problem is not None:
-            raise job.memory_problem
+            raise ConfigError(*job.memory_problem)
 
 
 def memory_notes(spec: ExperimentSpec) -> list[str]:
     """One line per job whose model cannot fit in this machine's memory."""
-    return [str(job.memory_problem) for job in spec.jobs if job.memory_problem is not None]
+    return [str(ConfigError(*job.memory_problem)) for job in spec.jobs
+            if job.memory_problem is not None]
 
 
 def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
-                    hyper: Mapping[str, Any], sizes: _Sizes) -> ConfigError | None:
+                    hyper: Mapping[str, Any], sizes: _Sizes) -> tuple[str, Any, str] | None:
     """Whether a job's model state cannot fit in this machine's physical memory, by the
     solver's ``state_bytes`` estimate: the error naming the hyperparameter whose default would
     save the most (or the dataset), the estimate, the memory and the largest value that fits.
@@ -461,17 +473,18 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
         data = sizes.dataset
         at, value = ((f"{where}.dataset.features", sizes.features) if data.generator is not None
                      else (f"{where}.dataset.path", data.path))
-        return ConfigError(at, value, what + "; use a smaller model or fewer features")
-    return ConfigError(f"{where}.hyperparameters.{key}", hyper[key], what + (
+        return at, value, what + "; use a smaller model or fewer features"
+    return f"{where}.hyperparameters.{key}", hyper[key], what + (
         f"; {key} must be at most {fits} to fit at all" if fits is not None
-        else f"; a smaller {key} fits (its default {solver.defaults[key]!r} does)"))
+        else f"; a smaller {key} fits")
 
 
 def _smaller_value(hyper: Mapping[str, Any], solver: Any, needs: Any, need: int,
                    memory: int) -> tuple[str | None, int | None]:
-    """The hyperparameter set in the YAML whose default saves the most and makes the model
-    fit, with (for an integer) the largest value below the YAML's that fits; ``(None, None)``
-    when none does. An estimate that raises for a value counts as not fitting."""
+    """The hyperparameter set in the YAML whose default saves the most among those that can
+    make the model fit (at their default, or an integer at 1), with (for an integer) the
+    largest value below the YAML's that fits; ``(None, None)`` when none can. An estimate
+    that raises for a value counts as not fitting."""
 
     def fits(values: Mapping[str, Any]) -> bool:
         try:
@@ -485,8 +498,13 @@ def _smaller_value(hyper: Mapping[str, Any], solver: Any, needs: Any, need: int,
         except Exception:  # noqa: BLE001
             return 0
 
+    def can_fit(key: str) -> bool:
+        value = hyper[key]
+        smallest = isinstance(value, int) and not isinstance(value, bool) and value > 1
+        return fits({**hyper, key: solver.defaults[key]}) or (smallest and fits({**hyper, key: 1}))
+
     keys = sorted((k for k in hyper if saved(k) > 0), key=saved, reverse=True)
-    key = next((k for k in keys if fits({**hyper, k: solver.defaults[k]})), None)
+    key = next((k for k in keys if can_fit(k)), None)
     if key is None:
         return None, None
     value = hyper[key]

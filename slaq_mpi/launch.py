@@ -72,7 +72,8 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         _enter_start_dir(run_dir)
         spec = config.load(saved)
         config.require_live(spec)
-        config.check_memory(spec)
+        if finished_status(run_dir) is None:  # a finished run only says so
+            config.check_memory(spec)
         return spec, run_dir, True
     if not args.config:
         raise ConfigError("config", None, "give an experiment YAML, or --resume RUN_DIR")
@@ -332,7 +333,8 @@ def run_command(args: argparse.Namespace) -> int:
                 raise failure
             who, (host, why) = failed[0], failed[1].split("\n", 1)
             raise ConfigError(f"rank {who} on {host}", NO_VALUE, f"{why}; rank 0 on "
-                              f"{comm.hostname()} accepted it (do all nodes see the same files?)")
+                              f"{comm.hostname()} accepted it: the nodes differ (files, "
+                              "software or memory)")
         return 2
     if size < 2 or size < spec.ranks:
         if rank == 0:

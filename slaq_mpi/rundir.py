@@ -122,20 +122,24 @@ def _check_is_output(where: Path, key: str, path: str | Path) -> None:
         entries = sorted(where.iterdir(), key=lambda e: (e.name.startswith("."), e.name))
         if not entries or any((where / name).exists() for name in RUN_FILES):
             return
-        if all(_simulation_output(e) for e in entries) and any(e.suffix != ".png" for e in entries):
+        others = [e.name for e in entries if not _simulation_output(e)]
+        if not others and any(e.suffix != ".png" for e in entries):
             return
     except OSError as exc:
-        raise ConfigError(key, str(path), f"cannot be read ({exc.strerror or exc}); give a "
+        what = f"{exc.filename}: " if exc.filename else ""
+        raise ConfigError(key, str(path), f"cannot be read ({what}{exc.strerror or exc}); give a "
                           "directory you can read and write") from None
-    shown = ", ".join(e.name for e in entries[:3]) + (", ..." if len(entries) > 3 else "")
+    others = others or [e.name for e in entries]  # PNGs alone are someone's figures
+    shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
     raise ConfigError(key, str(path), f"holds files that are not a slaq run ({shown}); an earlier "
                       "run is moved aside, other files never: give an empty or new directory")
 
 
 def _simulation_output(entry: Path) -> bool:
     """What ``slaq simulate --out`` leaves: ``<policy>/`` holding its ``metrics.h5`` (or, if
-    stopped while writing, a ``metrics.h5.tmp*`` or nothing), and the PNGs of a report; or
-    the ``metrics.h5.tmp*`` of a ``slaq sim-check --out`` stopped while writing."""
+    stopped while writing, a ``metrics.h5.tmp*`` or nothing) and the PNGs of a report, and
+    the PNGs of a report on all policies; or the ``metrics.h5.tmp*`` of a ``slaq sim-check
+    --out`` stopped while writing."""
     from slaq_mpi.policies import POLICY_NAMES, SIMULATION_POLICY_NAMES
 
     if entry.is_symlink():
@@ -143,7 +147,8 @@ def _simulation_output(entry: Path) -> bool:
     if entry.is_file():
         return entry.suffix == ".png" or entry.name.startswith("metrics.h5.tmp")
     return (entry.name in (*POLICY_NAMES, *SIMULATION_POLICY_NAMES) and entry.is_dir() and all(
-        f.is_file() and not f.is_symlink() and f.name.startswith("metrics.h5") for f in entry.iterdir()))
+        f.is_file() and not f.is_symlink() and (f.name.startswith("metrics.h5") or f.suffix == ".png")
+        for f in entry.iterdir()))
 
 
 def check_free(run_dir: str | Path) -> None:

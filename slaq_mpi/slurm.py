@@ -370,8 +370,9 @@ def _check_resumable(run_dir: Path, source: str, given: str) -> None:
                           "this config another output_dir") from None
     if _run_part(saved) != _run_part(source):
         raise ConfigError("output_dir", str(run_dir), f"holds an earlier run of another config (its "
-                          f"config.yaml differs from {given} outside slurm:), which the job would "
-                          "resume instead: move it away, or give this config another output_dir")
+                          f"config.yaml differs from {given} outside slurm: and simulation:), "
+                          "which the job would resume instead: move it away, or give this config "
+                          "another output_dir")
     if finished_status(run_dir) is not None:
         raise ConfigError("output_dir", str(run_dir), "holds a finished run of this config; nothing "
                           "to resume: move it away for a fresh run (slaq report shows its results)")

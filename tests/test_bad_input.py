@@ -679,7 +679,7 @@ from jobs.logreg import LogisticRegression
 
 rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
 if rank == "2":  # as if this rank's node had an older copy of the file
-    raise ImportError("no module named 'sklearn'")
+    raise ImportError("no module named 'sklearn'" + os.environ.get("PADDING", ""))
 
 
 class Mine(LogisticRegression):
@@ -688,13 +688,16 @@ class Mine(LogisticRegression):
 
 
 @pytest.mark.mpi
-def test_a_config_only_some_ranks_refuse_is_reported_with_their_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize("padding", [0, 50_000], ids=["short", "longer than an MPI receive buffer"])
+def test_a_config_only_some_ranks_refuse_is_reported_with_their_reason(tmp_path: Path,
+                                                                       padding: int) -> None:
     """Rank 0 accepts the config but rank 2 cannot load the job's solver: the one line names
     rank 2, its host and its own reason, and every rank ends with status 2."""
     (tmp_path / "mine.py").write_text(NODE_LOCAL_SOLVER)
     cfg = _with(["jobs", 0, "algorithm"], "mine.py:Mine")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = run_mpi(GOOD["ranks"], ["-m", "slaq_mpi", "run", "c.yaml"], cwd=tmp_path, timeout=120)
+    proc = run_mpi(GOOD["ranks"], ["-m", "slaq_mpi", "run", "c.yaml"], cwd=tmp_path, timeout=120,
+                   env={"PADDING": "." * padding})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("slaq: error:")]
     assert len(errors) == 1, proc.stderr

@@ -367,6 +367,7 @@ def test_a_fresh_run_moves_aside_only_an_earlier_run_or_simulation(tmp_path: Pat
     (sim / "slaq").mkdir(parents=True)
     (sim / "slaq" / "metrics.h5").write_text("x")
     (sim / "avg_normalized_loss.png").write_text("x")
+    (sim / "slaq" / "fairness.png").write_text("x")  # slaq report OUT/slaq writes beside it
     for ok in (tmp_path / "empty", sim, tmp_path / "new"):
         rundir.check_fresh(ok, "output_dir")
     with rundir.fresh_output(sim, "--out") as aside:
@@ -380,10 +381,10 @@ def test_a_folder_of_runs_or_the_configs_own_folder_is_never_moved(tmp_path: Pat
         (runs / name).mkdir(parents=True)
         (runs / name / "metrics.h5").write_text("x")
     (runs / "README.txt").write_text("my notes")
-    with pytest.raises(ConfigError, match=r"not a slaq run \(README.txt, old1, slaq\)"):
+    with pytest.raises(ConfigError, match=r"not a slaq run \(README.txt, old1\)"):
         rundir.check_fresh(runs, "output_dir")  # only <policy>/metrics.h5 is a simulation
     (runs / "README.txt").unlink()
-    with pytest.raises(ConfigError, match=r"not a slaq run \(old1, slaq\)"):
+    with pytest.raises(ConfigError, match=r"not a slaq run \(old1\);"):
         rundir.check_fresh(runs, "output_dir")  # old1 is no policy: a folder of runs
     exp = tmp_path / "exp"
     exp.mkdir()
@@ -394,6 +395,9 @@ def test_a_folder_of_runs_or_the_configs_own_folder_is_never_moved(tmp_path: Pat
     spec = config.load(exp / "config.yaml")
     with pytest.raises(ConfigError, match=r"holds .*exp/config.yaml, which this run reads"):
         rundir.check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
+    (exp / "notes.md").unlink()
+    (exp / "state.json").write_text("{}")  # an earlier run, run again from its saved config
+    rundir.check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
     figs = tmp_path / "figs"
     figs.mkdir()
     (figs / "fig1.png").write_text("x")  # PNGs alone are someone's figures
@@ -401,10 +405,10 @@ def test_a_folder_of_runs_or_the_configs_own_folder_is_never_moved(tmp_path: Pat
         rundir.check_fresh(figs, "output_dir")
 
     def unreadable(self: Path) -> None:
-        raise PermissionError(13, "Permission denied")
+        raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(Path, "iterdir", unreadable)
-    with pytest.raises(ConfigError, match=r"cannot be read \(Permission denied\); give a directory"):
+    with pytest.raises(ConfigError, match=r"cannot be read \(.*figs: Permission denied\); give a directory"):
         rundir.check_fresh(figs, "output_dir")
 
 

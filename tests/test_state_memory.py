@@ -113,6 +113,29 @@ def test_a_model_too_big_at_any_size_of_its_key_names_the_dataset(tmp_path: Path
         _parse(_raw(tmp_path, "mlp", huge, hidden=50))  # hidden 1 would not fit either
 
 
+def test_a_key_whose_default_is_too_big_too_still_gets_its_largest_value(tmp_path: Path,
+                                                                         memory: None) -> None:
+    wide = {"generator": "classification", "rows": 10, "features": 5 * 10**7}
+    with pytest.raises(ConfigError) as err:  # the default hidden does not fit 50M features either
+        _parse(_raw(tmp_path, "mlp", wide, hidden=100))
+    assert str(err.value).startswith("jobs[0].hyperparameters.hidden: 100 is not allowed; ")
+    fits = int(str(err.value).rsplit("hidden must be at most ", 1)[1].split()[0])
+    cls = load_solver("mlp")
+    need = {h: cls.state_bytes({**cls.defaults, "hidden": h, "classes": 2}, 10, 5 * 10**7, 200)
+            for h in (fits, fits + 1, cls.defaults["hidden"])}
+    assert need[fits] <= 23.5 * GIB < min(need[fits + 1], need[cls.defaults["hidden"]])
+
+
+def test_submit_notes_a_model_too_big_for_the_login_node(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_raw(tmp_path, "mlp", BLOBS, hidden=10**12)))
+    proc = run_slaq(["submit", str(cfg), "--dry-run"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("#!"), proc.stdout  # stdout is the script alone
+    assert ("slaq: note: too big for this machine's memory: jobs[0].hyperparameters.hidden: "
+            "1000000000000 is not allowed; ") in proc.stderr, proc.stderr
+
+
 def test_unknown_memory_or_estimate_skips_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "mine.py").write_text(
         "from jobs import Solver\n\nclass Mine(Solver):\n    defaults = {'size': 1}\n"
