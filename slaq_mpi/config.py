@@ -7,7 +7,6 @@ allowed. ``docs/config.md`` documents every key.
 from __future__ import annotations
 
 import math
-import os
 import re
 import shlex
 from collections.abc import Hashable, Mapping
@@ -29,6 +28,7 @@ from slaq_mpi.generators import (
     generator_param_problem,
     generator_top_label,
 )
+from slaq_mpi.memory import format_bytes, memory_here
 
 EXPERIMENT_SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must fit SEED_MAX
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -396,15 +396,6 @@ def _dataset(raw: Any, where: str, check_files: bool,
             generator_top_label(str(gen), out))
 
 
-def physical_memory() -> int | None:
-    """This machine's physical memory in bytes (None where the platform does not tell)."""
-    try:
-        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no such name
-        return None
-    return pages * page if pages > 0 and page > 0 else None
-
-
 @dataclass(frozen=True)
 class _Sizes:
     """What a job's model size depends on besides its hyperparameters."""
@@ -445,9 +436,10 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
         ConfigError: the solver's ``state_bytes`` raised for the job's own values.
     """
     estimate = getattr(solver, "state_bytes", None)
-    memory = physical_memory()
-    if estimate is None or memory is None:
+    here = memory_here()
+    if estimate is None or here is None:
         return None
+    memory, said = here
     count = getattr(solver, "class_count", "")
 
     def needs(values: Mapping[str, Any]) -> int:
@@ -468,7 +460,7 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     if key is not None:
         what += f" with {key} {hyper[key]!r}"
     what += (f" on {sizes.features} features needs about {format_bytes(need)} on every rank for its "
-             f"model and a step's buffers; this machine has {format_bytes(memory)} of memory")
+             f"model and a step's buffers; {said}")
     if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too wide
         data = sizes.dataset
         at, value = ((f"{where}.dataset.features", sizes.features) if data.generator is not None
@@ -516,15 +508,6 @@ def _smaller_value(hyper: Mapping[str, Any], solver: Any, needs: Any, need: int,
         lo, hi = (mid, hi) if fits({**hyper, key: mid}) else (lo, mid)
     rule = solver.allowed.get(key) if isinstance(getattr(solver, "allowed", None), Mapping) else None
     return key, (lo if lo >= 1 and (rule is None or rule.admits(lo)) else None)
-
-
-def format_bytes(n: float) -> str:
-    """A byte count for people: ``745 GiB``, ``23.5 GiB``."""
-    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
-    i = 0
-    while n >= 1024 and i < len(units) - 1:
-        n, i = n / 1024, i + 1
-    return f"{n:.0f} {units[i]}" if n >= 100 else f"{n:.3g} {units[i]}"
 
 
 def _stop(raw: Any, where: str) -> StopRule:

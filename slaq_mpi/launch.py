@@ -24,6 +24,7 @@ from slaq_mpi.errors import (
     NO_VALUE,
     ConfigError,
 )
+from slaq_mpi.memory import format_bytes, memory_here
 
 _GO_ON = -1  # rank 0's word to the others at the start: no exit status yet, the run goes on
 
@@ -216,14 +217,15 @@ def check_local_ranks(ranks: int) -> None:
     Raises:
         ConfigError: naming ``ranks``, the memory they need and the machine's.
     """
-    memory = config.physical_memory()
-    if memory is None or any(v in os.environ for v in _ALLOCATION_VARS):
+    here = memory_here()
+    if here is None or any(v in os.environ for v in _ALLOCATION_VARS):
         return
+    memory, said = here
     need = ranks * RANK_BYTES
     if need > memory:
         raise ConfigError("ranks", ranks, f"{ranks} ranks on this machine need at least "
-                          f"{config.format_bytes(need)} ({config.format_bytes(RANK_BYTES)} each "
-                          f"before any data) and it has {config.format_bytes(memory)}: submit it "
+                          f"{format_bytes(need)} ({format_bytes(RANK_BYTES)} each "
+                          f"before any data) and {said}: submit it "
                           f"to a cluster (slaq submit), lower ranks to at most {memory // RANK_BYTES}, "
                           "or start the ranks over several machines yourself (mpiexec ... slaq run)")
 

@@ -102,7 +102,7 @@ def test_slaq_run_refuses_a_held_run_directory_before_any_rank(held: Path, tmp_p
 
 def test_more_ranks_than_this_machine_can_hold_are_refused_before_any_launch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from slaq_mpi import config, launch
+    from slaq_mpi import launch, memory
 
     def no_launch(*args: object, **kwargs: object) -> None:
         raise AssertionError("mpiexec started")
@@ -111,7 +111,8 @@ def test_more_ranks_than_this_machine_can_hold_are_refused_before_any_launch(
     for var in ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
                 *launch._ALLOCATION_VARS):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(config, "physical_memory", lambda: 2 * launch.RANK_BYTES)  # room for 2 ranks
+    monkeypatch.setattr(memory, "cgroup_limit", lambda: None)
+    monkeypatch.setattr(memory, "physical_memory", lambda: 2 * launch.RANK_BYTES)  # room for 2 ranks
     cfg = _config(tmp_path)  # 3 ranks
     assert cli.main(["run", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -124,7 +125,7 @@ def test_more_ranks_than_this_machine_can_hold_are_refused_before_any_launch(
     monkeypatch.setenv("SLURM_JOB_ID", "77")  # in an allocation mpiexec may use several machines
     launch.check_local_ranks(3)
     monkeypatch.delenv("SLURM_JOB_ID")
-    monkeypatch.setattr(config, "physical_memory", lambda: None)  # unknown: not checked
+    monkeypatch.setattr(memory, "physical_memory", lambda: None)  # unknown: not checked
     launch.check_local_ranks(3)
 
 

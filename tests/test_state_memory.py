@@ -14,6 +14,7 @@ import yaml
 
 from jobs import ALGORITHMS, SerialComm, Shard, Solver, load_solver
 from slaq_mpi import config
+from slaq_mpi import memory as mem
 from slaq_mpi.errors import ConfigError
 from tests.conftest import run_slaq
 
@@ -29,10 +30,16 @@ def _raw(tmp_path: Path, algorithm: str, dataset: dict[str, Any], **hyper: Any) 
 BLOBS = {"generator": "blobs", "rows": 1000, "features": 50}  # labels 0..7: 8 classes
 
 
+def _machine(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """This machine has ``size`` bytes of memory and no cgroup limit, whatever it really has."""
+    monkeypatch.setattr(mem, "cgroup_limit", lambda: None)
+    monkeypatch.setattr(mem, "physical_memory", lambda: size)
+
+
 @pytest.fixture
 def memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine has 23.5 GiB of memory, whatever it really has."""
-    monkeypatch.setattr(config, "physical_memory", lambda: int(23.5 * GIB))
+    _machine(monkeypatch, int(23.5 * GIB))
 
 
 def _parse(raw: dict[str, Any]) -> config.ExperimentSpec:
@@ -43,7 +50,7 @@ def _parse(raw: dict[str, Any]) -> config.ExperimentSpec:
 
 
 def test_physical_memory_is_known_here() -> None:
-    assert (config.physical_memory() or 0) > 2**27  # Linux tells; at least 128 MiB
+    assert (mem.physical_memory() or 0) > 2**27  # Linux tells; at least 128 MiB
 
 
 def test_run_refuses_a_model_too_big_for_this_machine_and_validate_notes_it(tmp_path: Path) -> None:
@@ -95,7 +102,7 @@ def test_a_data_file_gives_its_features_and_labels(tmp_path: Path, memory: None)
 
 
 def test_too_many_features_names_the_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config, "physical_memory", lambda: 10_000)
+    _machine(monkeypatch, 10_000)
     wide = {"generator": "classification", "rows": 10, "features": 1000}
     with pytest.raises(ConfigError, match=r"^jobs\[0\]\.dataset\.features: 1000 is not allowed; job "
                        r"'a': logreg on 1000 features needs about 39.1 KiB .* fewer features$"):
@@ -141,13 +148,14 @@ def test_unknown_memory_or_estimate_skips_the_check(tmp_path: Path, monkeypatch:
         "from jobs import Solver\n\nclass Mine(Solver):\n    defaults = {'size': 1}\n"
         "    needs_labels = False\n\n    def step(self): return 0.0\n\n"
         "    def get_state(self): return {}\n\n    def set_state(self, state): pass\n")
-    monkeypatch.setattr(config, "physical_memory", lambda: 1)
+    _machine(monkeypatch, 1)
     _parse(_raw(tmp_path, f"{tmp_path}/mine.py:Mine", BLOBS))  # inherits 0: unknown
     monkeypatch.undo()
+    monkeypatch.setattr(mem, "cgroup_limit", lambda: None)
     monkeypatch.setattr(os, "sysconf", lambda name: -1)  # the platform does not know
-    assert config.physical_memory() is None
+    assert mem.physical_memory() is None
     monkeypatch.setattr(os, "sysconf", _no_sysconf)
-    assert config.physical_memory() is None
+    assert mem.physical_memory() is None and mem.memory_here() is None
     _parse(_raw(tmp_path, "mlp", BLOBS, hidden=10**12))
 
 
@@ -236,3 +244,50 @@ def test_the_estimate_is_within_a_factor_of_2_of_the_real_bytes(algorithm: str) 
     estimate = cls.state_bytes({**cls.defaults, **params}, ROWS, features, WARM + 1)
     assert estimate >= state, (estimate, state)
     assert real / 2 <= estimate <= 2 * real, (estimate, state, step_peak)
+
+
+def _cgroup_tree(tmp_path: Path, proc: str, files: dict[str, str]) -> tuple[Path, Path]:
+    """A fake /proc/self/cgroup with text ``proc`` and a /sys/fs/cgroup holding ``files``."""
+    root = tmp_path / "cgroup"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text + "\n")
+    (tmp_path / "proc").write_text(proc)
+    return tmp_path / "proc", root
+
+
+def test_a_cgroup_limit_is_read_at_the_lowest_level_that_sets_one(tmp_path: Path) -> None:
+    # cgroup v2, as Slurm's task/cgroup sets a job's --mem (the step's level says max)
+    v2 = _cgroup_tree(tmp_path / "v2", "0::/system.slice/slurmstepd.scope/job_7/step_0\n", {
+        "system.slice/slurmstepd.scope/job_7/memory.max": str(4 * GIB),
+        "system.slice/slurmstepd.scope/job_7/step_0/memory.max": "max",
+        "system.slice/memory.max": "max"})
+    assert mem.cgroup_limit(*v2) == 4 * GIB
+    # cgroup v1: a memory line among others; no limit is a huge number, never below the machine
+    v1 = _cgroup_tree(tmp_path / "v1", "4:cpu,cpuacct:/job\n3:memory:/slurm/uid_0/job_9\n", {
+        "memory/slurm/uid_0/job_9/memory.limit_in_bytes": str(2 * GIB),
+        "memory/memory.limit_in_bytes": "9223372036854771712"})
+    assert mem.cgroup_limit(*v1) == 2 * GIB
+    # a container sees only the mount's top, not the path /proc names
+    inside = _cgroup_tree(tmp_path / "c", "4:memory:/docker/abc\n",
+                          {"memory/memory.limit_in_bytes": str(GIB)})
+    assert mem.cgroup_limit(*inside) == GIB
+    assert mem.cgroup_limit(tmp_path / "nowhere", tmp_path) is None  # not Linux
+    unlimited = _cgroup_tree(tmp_path / "u", "0::/user.slice\n", {"user.slice/memory.max": "max"})
+    assert mem.cgroup_limit(*unlimited) is None
+    unlimited = _cgroup_tree(tmp_path / "u1", "3:memory:/\n",
+                             {"memory/memory.limit_in_bytes": "9223372036854771712"})
+    assert mem.cgroup_limit(*unlimited) is None
+
+
+def test_a_job_under_a_cgroup_limit_is_checked_against_it(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mem, "physical_memory", lambda: 256 * GIB)
+    monkeypatch.setattr(mem, "cgroup_limit", lambda: 4 * GIB)  # sbatch --mem=4G
+    with pytest.raises(ConfigError, match=r"needs about 26.4 GiB .*; this process may use 4 GiB of "
+                       r"memory \(its cgroup's limit: a Slurm job's --mem or a container's\); "
+                       r"hidden must be at most \d+ to fit"):
+        _parse(_raw(tmp_path, "mlp", BLOBS, hidden=10**7))
+    monkeypatch.setattr(mem, "cgroup_limit", lambda: 512 * GIB)  # above the machine: the machine
+    assert mem.memory_here() == (256 * GIB, "this machine has 256 GiB of memory")
+    _parse(_raw(tmp_path, "mlp", BLOBS, hidden=10**7))
