@@ -56,14 +56,20 @@ def find_mpiexec(explicit: str | None) -> str:
     return found
 
 
+def resume_path(text: str) -> Path:
+    """The absolute run directory ``--resume text`` means: ``a/../b`` is shown as ``b``, unless
+    ``a`` is a link (then ``..`` leaves the link's target, and the text is kept as given)."""
+    given = Path(text).absolute()
+    tidy = Path(os.path.abspath(given))
+    return tidy if tidy.resolve() == given.resolve() else given
+
+
 def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
     if args.resume and args.config:
         raise ConfigError("config", args.config, "give an experiment YAML or --resume RUN_DIR, not both "
                           "(a resumed run uses the config.yaml saved in RUN_DIR)")
     if args.resume:
-        given = Path(args.resume).absolute()
-        tidy = Path(os.path.abspath(given))  # "a/../b" shown as b, unless a is a link
-        run_dir = tidy if tidy.resolve() == given.resolve() else given
+        run_dir = resume_path(args.resume)
         saved = run_dir / "config.yaml"
         if not (run_dir / "state.json").is_file() or not saved.is_file():
             raise ConfigError("--resume", args.resume, "must be a run directory of an earlier "

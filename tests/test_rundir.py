@@ -446,3 +446,16 @@ def test_a_stop_made_as_anything_is_removed(kind: str, tmp_path: Path) -> None:
     rundir.remove_stop(tmp_path)
     assert not stop.exists()
     rundir.remove_stop(tmp_path)  # nothing there: fine
+
+
+def test_a_resume_path_through_a_link_keeps_its_meaning(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from slaq_mpi.launch import resume_path
+
+    (tmp_path / "scratch" / "exp").mkdir(parents=True)
+    (tmp_path / "scratch" / "run").mkdir()
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "link").symlink_to(tmp_path / "scratch" / "exp")
+    monkeypatch.chdir(tmp_path / "home")
+    assert resume_path("link/../run").resolve() == (tmp_path / "scratch" / "run").resolve()
+    assert resume_path("../home/./link") == tmp_path / "home" / "link"  # tidied, link kept
