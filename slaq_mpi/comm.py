@@ -24,6 +24,7 @@ from jobs.base import ReduceOp
 TAG_REPORT = 11
 TAG_ERROR = 12
 TAG_START = 13
+TAG_CUT = 14
 _START_MESSAGE_MAX = 4000  # characters: well below mpi4py's 32 KiB receive buffer
 _SLEEP_MIN = 0.0002
 _SLEEP_MAX = 0.002
@@ -214,6 +215,49 @@ _posted: list[MPI.Request] = []
 def post_error(info: Any) -> None:
     """Any worker: post an unrecoverable error to rank 0 without waiting for delivery."""
     _posted.append(_WORLD.isend(info, dest=0, tag=TAG_ERROR))  # kept alive until the abort
+
+
+_cut_sends: list[tuple[MPI.Request, np.ndarray]] = []
+_cut_box = np.zeros(1, dtype=np.int64)
+_cut_recv: MPI.Request | None = None
+
+
+def send_cut(leaders: list[int], epoch: int) -> None:
+    """Rank 0: ask these job leaders to end epoch ``epoch`` at their next check (a job
+    finished early and its cores are to be given out again). Does not wait for delivery."""
+    _cut_sends[:] = [(r, b) for r, b in _cut_sends if not r.Test()]
+    for dest in leaders:
+        box = np.array([epoch], dtype=np.int64)
+        _cut_sends.append((_WORLD.Isend(box, dest=dest, tag=TAG_CUT), box))
+
+
+def cut_asked(epoch: int) -> bool:
+    """Any worker: whether rank 0 asked to end epoch ``epoch`` early. Takes every ask that
+    has arrived; asks for earlier epochs (they crossed that epoch's end) are dropped.
+
+    A receive stays posted between calls: a test of it sees a message that has arrived,
+    where a probe can miss one until a later call has let MPI progress.
+    """
+    global _cut_recv
+    asked = False
+    while True:
+        if _cut_recv is None:
+            _cut_recv = _WORLD.Irecv(_cut_box, source=0, tag=TAG_CUT)
+        if not _cut_recv.Test():
+            return asked
+        _cut_recv = None
+        asked |= int(_cut_box[0]) == epoch
+
+
+def stop_cut_listening() -> None:
+    """Any worker, at the end of the run: take the asks still arriving, then cancel the
+    posted receive so that no communication is left pending."""
+    global _cut_recv
+    cut_asked(-1)
+    if _cut_recv is not None:
+        _cut_recv.Cancel()
+        _cut_recv.Wait()
+        _cut_recv = None
 
 
 def poll_message() -> tuple[str, Any] | None:

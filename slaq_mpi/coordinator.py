@@ -26,7 +26,7 @@ from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, 
 from slaq_mpi.generators import materialize
 from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
-from slaq_mpi.plan import Plan, Report, epoch_length
+from slaq_mpi.plan import Plan, Report, cut_time, epoch_length
 from slaq_mpi.policies import get_policy
 from slaq_mpi.rundir import STOP_FILE, remove_stop
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
@@ -156,6 +156,7 @@ class Coordinator:
             data={j: self.data[j] for j in moved if j in ranks},
         )
         comm.broadcast_plan(plan)
+        started = time.monotonic()
         if moved:
             comm.split(None, key=0)  # the re-split is collective over the whole world
         if self.epoch > 0:
@@ -166,8 +167,8 @@ class Coordinator:
             job = self.record.jobs[name]
             if job.status == "waiting":
                 job.status = "running"
-        reports = self._collect(set(ranks))
-        self._absorb(reports, moved)
+        reports, cut_wall = self._collect(set(ranks), started, length)
+        self._absorb(reports, cut_wall)
         self._progress(now, alloc)
         self.epoch += 1
         return None
@@ -203,11 +204,24 @@ class Coordinator:
             raise RuntimeError(f"policy {self.spec.policy} broke its contract: {alloc}")
         return out
 
-    def _collect(self, running: set[str]) -> dict[str, Report]:
+    def _collect(self, running: set[str], started: float, length: float
+                 ) -> tuple[dict[str, Report], float | None]:
+        """Every running job's report of this epoch (which began at ``started``, monotonic).
+
+        When a job reports it finished (or failed) early enough (:func:`cut_time`), the
+        other jobs' leaders are asked to end the epoch then, so that its cores are given out
+        again at once. Returns the reports and when the cut was asked (wall clock) or None.
+        """
         reports: dict[str, Report] = {}
+        cut_at: float | None = None
+        cut_wall: float | None = None
         while len(reports) < len(running):
-            msg = comm.wait_message()
-            assert msg is not None
+            msg = comm.wait_message(deadline=cut_at)
+            if msg is None:  # the time to cut the epoch has come
+                comm.send_cut([min(self.ranks[j]) for j in sorted(running - reports.keys())],
+                              self.epoch)
+                cut_at, cut_wall = None, time.time()
+                continue
             kind, payload = msg
             if kind == "error":
                 raise WorkerError(
@@ -215,9 +229,12 @@ class Coordinator:
                     f"{payload['error']}\n{payload['traceback']}"
                 )
             reports[payload.job] = payload
-        return reports
+            if (payload.status != "running" and cut_at is None and cut_wall is None
+                    and len(reports) < len(running)):
+                cut_at = cut_time(started, length, time.monotonic(), self.spec.epoch_seconds)
+        return reports, cut_wall
 
-    def _absorb(self, reports: dict[str, Report], moved: set[str]) -> None:
+    def _absorb(self, reports: dict[str, Report], cut_wall: float | None) -> None:
         starts, deadlines, stops = [], [], []
         for name, rep in reports.items():
             job = self.record.jobs[name]
@@ -239,7 +256,7 @@ class Coordinator:
                          "Raise epoch_seconds or give it more cores.")
                 job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
             starts.append(rep.first_start)
-            deadlines.append(rep.deadline)
+            deadlines.append(rep.deadline if cut_wall is None else min(rep.deadline, cut_wall))
             stops.append(rep.end_times[-1] if rep.end_times else rep.first_start)
             if rep.status != "running":
                 job.status, job.reason = rep.status, rep.reason

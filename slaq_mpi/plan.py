@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MIN_EPOCH_SHARE = 0.25  # an epoch shortened for an arrival lasts at least this share of one
+MIN_EPOCH_SHARE = 0.25  # an epoch shortened for an arrival or a completion lasts at least this share of one
 
 
 def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -> float:
@@ -21,6 +21,22 @@ def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -
     if gap >= epoch_seconds:
         return epoch_seconds
     return max(gap, MIN_EPOCH_SHARE * epoch_seconds)
+
+
+def cut_time(start: float, length: float, finished: float, epoch_seconds: float) -> float | None:
+    """When to end early the epoch ``[start, start + length)`` in which a job finished (or
+    failed) at ``finished``, so that its cores go to other jobs at once; None: do not cut.
+
+    The epoch is cut at ``finished``, but not before it has lasted ``MIN_EPOCH_SHARE`` of
+    ``epoch_seconds`` (a decision needs some new losses), and only if at least that much of it
+    is left (a cut costs a decision and a checkpoint of every job). The live coordinator and
+    the simulator both use this.
+    """
+    floor = MIN_EPOCH_SHARE * epoch_seconds
+    at = max(finished, start + floor)
+    if start + length - at < floor:
+        return None
+    return at
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class Worker:
         self._writer_error: BaseException | None = None
         self._writer_job: str | None = None
         self._stop_soon = False
+        self._cut = False
 
     def run(self) -> None:
         """Follow plans until rank 0 says stop."""
@@ -55,6 +56,7 @@ class Worker:
         while True:
             plan: Plan = comm.recv_plan()
             received = time.monotonic()
+            self._cut = comm.cut_asked(plan.epoch)  # drops asks that crossed the last epoch's end
             if plan.stop:
                 break
             if plan.moved:
@@ -65,6 +67,7 @@ class Worker:
         self._join_writer()
         self._drop()
         comm.barrier()
+        comm.stop_cut_listening()
 
     def fail(self, exc: BaseException) -> None:
         """An unrecoverable error on this rank: tell rank 0 (which re-raises it tagged with
@@ -153,9 +156,11 @@ class Worker:
 
         Every rank runs the same number of iterations: the leader sizes each chunk from its
         iteration times so that the epoch ends just before the deadline (an overrun keeps
-        every other job waiting for the next plan), and one small allreduce per chunk (about
-        log2(epoch / iteration time) per epoch) shares that size and any solver error. Stopping rules and NaN
-        checks use the global loss, which every rank sees, so ranks agree without talking.
+        every other job waiting for the next plan), and one small allreduce per chunk (at most
+        an eighth of an epoch long) shares that size, any solver error and whether to end the
+        epoch now: a stop signal, or rank 0 cutting the epoch short because another job
+        finished (:func:`slaq_mpi.plan.cut_time`). Stopping rules and NaN checks use the global
+        loss, which every rank sees, so ranks agree without talking.
         """
         assert self.group is not None and self.solver is not None and self.job is not None
         job = self.jobs[self.job]
@@ -193,13 +198,17 @@ class Worker:
             if leader and status == "running":
                 est = max(report.iter_seconds[-2:])
                 left = deadline - time.monotonic() - 0.25 * est
-                # Half the time left (at most a quarter epoch): chunks shrink near the
-                # deadline, so a slowdown cannot overrun it by more than a few iterations.
-                next_chunk = int(min(0.5 * left, plan.epoch_seconds / 4) / max(est, 1e-9))
+                # Half the time left (at most an eighth of an epoch, the delay of a cut):
+                # chunks shrink near the deadline, so a slowdown cannot overrun it by more
+                # than a few iterations.
+                next_chunk = int(min(0.5 * left, plan.epoch_seconds / 8) / max(est, 1e-9))
                 if next_chunk == 0 and left >= est:
                     next_chunk = 1
+            if leader and status == "running":
+                self._cut = self._cut or comm.cut_asked(plan.epoch)
+            end_now = self._stop_soon or self._cut
             flags = self.group.allreduce(
-                np.array([float(bool(error)), float(next_chunk), float(self._stop_soon)]), op="max")
+                np.array([float(bool(error)), float(next_chunk), float(end_now)]), op="max")
             if flags[0] and status != "failed":
                 status, reason = "failed", "solver raised on another rank of the group (see the log)"
             if status != "running" or flags[1] < 1 or flags[2]:

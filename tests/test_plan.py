@@ -12,3 +12,14 @@ def test_epoch_is_cut_short_for_the_next_arrival() -> None:
     assert epoch_length(0.0, 5.0, 2.0) == 2.0  # arrives after this epoch
     assert epoch_length(3.2, 4.5, 2.0) == pytest.approx(1.3)  # ends when the job arrives
     assert epoch_length(3.9, 4.0, 2.0) == pytest.approx(0.5)  # never below a quarter epoch
+
+
+def test_an_epoch_is_cut_when_a_job_finishes_with_enough_of_it_left() -> None:
+    from slaq_mpi.plan import cut_time
+
+    # an epoch of 2 s from t=10: the floor is a quarter of epoch_seconds (0.5 s)
+    assert cut_time(10.0, 2.0, 11.0, 2.0) == pytest.approx(11.0)  # cut when the job finished
+    assert cut_time(10.0, 2.0, 10.1, 2.0) == pytest.approx(10.5)  # but not before 0.5 s
+    assert cut_time(10.0, 2.0, 11.5, 2.0) == pytest.approx(11.5)  # 0.5 s left: still worth it
+    assert cut_time(10.0, 2.0, 11.6, 2.0) is None  # too little left to be worth a decision
+    assert cut_time(10.0, 0.8, 10.2, 2.0) is None  # an epoch already short for an arrival

@@ -86,3 +86,29 @@ def test_the_experiment_clock_starts_once_the_data_is_ready(tmp_path: Path) -> N
     with h5py.File(tmp_path / "run" / "metrics.h5") as f:
         first_epoch = float(f["epochs/time"][0])
     assert first_epoch < 0.2, f"the first epoch began at t={first_epoch:.2f} s"
+
+
+def test_an_epoch_ends_early_when_a_job_finishes(tmp_path: Path) -> None:
+    # "short" finishes within milliseconds of a 4 s epoch: rank 0 cuts the epoch a quarter
+    # epoch in (plan.cut_time), and "long" gets the freed rank then, not at 4 s
+    cfg = tmp_path / "cut.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "cut", "output_dir": str(tmp_path / "run"), "ranks": 3, "epoch_seconds": 4.0,
+        "policy": "fair", "seed": 5,
+        "jobs": [
+            {"name": "short", "algorithm": "logreg", "stop": {"max_iterations": 5},
+             "dataset": {"generator": "classification", "rows": 2000, "features": 10}},
+            {"name": "long", "algorithm": "logreg", "stop": {"max_iterations": 4000},
+             "dataset": {"generator": "classification", "rows": 20000, "features": 30}},
+        ]}))
+    _run(3, cfg, tmp_path)
+    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
+        start = f["epochs/time"][()]
+        alloc = f["epochs/alloc"][()]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["epochs/job_names"][()]]
+        statuses = {n: g.attrs["status"] for n, g in f["jobs"].items()}
+        short_end = float(f["jobs/short"].attrs["end"])
+    assert statuses == {"short": "done", "long": "done"}
+    assert short_end < 1.0, f"short ended at t={short_end:.2f} s"
+    assert len(start) >= 2 and 0.9 <= start[1] - start[0] < 3.0, start
+    assert alloc[1, names.index("long")] == 2, alloc

@@ -129,6 +129,26 @@ def test_policy_sees_only_the_past() -> None:
     assert [len(s.jobs) for s in seen[:4]] == [1, 1, 1, 2]
 
 
+def test_an_epoch_ends_when_a_job_finishes_and_its_cores_move_at_once() -> None:
+    class Even:
+        name = "even"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            return {j.job_id: snap.capacity // len(snap.jobs) for j in snap.jobs}
+
+    long = linear_job("long", n=20, work=1.0)  # 1 s per iteration on 1 core
+    run = simulate([linear_job("short", n=2, work=0.5), long], Even(), capacity=2, epoch_seconds=2.0)
+    assert run.jobs["short"].end == pytest.approx(1.0)
+    assert run.epoch_time[:3].tolist() == pytest.approx([0.0, 1.0, 3.0])  # cut at 1.0 s
+    assert run.alloc[:2, 1].tolist() == [1, 2]  # long gets the freed core then
+    assert run.jobs["long"].time[:3] == pytest.approx([1.0, 1.5, 2.0])
+    assert run.jobs["long"].attained_core_seconds == pytest.approx(1.0 + 2 * 9.5)
+    # a job finishing less than a quarter epoch before the deadline does not cut it
+    run = simulate([linear_job("short", n=9, work=0.2), long], Even(), capacity=2, epoch_seconds=2.0)
+    assert run.jobs["short"].end == pytest.approx(1.8)
+    assert run.epoch_time[:2].tolist() == pytest.approx([0.0, 2.0])
+
+
 def test_overallocation_is_an_error() -> None:
     class Greedy:
         name = "greedy"

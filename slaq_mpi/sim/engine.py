@@ -6,14 +6,16 @@ admitted, the policy is called on a
 :class:`~slaq_mpi.snapshot.ClusterSnapshot` built exactly as the live coordinator builds it
 (losses reported so far, one observed ``(cores, seconds/iteration)`` pair per epoch run,
 attained core-seconds), and every job then iterates at its scaling model's speed until the
-epoch ends. With the ``fluid`` epoch model (default) progress inside an unfinished iteration
-carries over to the next epoch and no job holds up the others; with ``live`` the simulator does
-what the MPI runtime does: every running job completes at least one whole iteration per epoch,
-starts none that would end after the deadline, and the next epoch begins when the slowest job
-has reported. A job stops when its stop rule holds; its cores are free again at the next epoch.
-Epochs in which no job is active are skipped (time jumps to the next arrival). With a
-``horizon`` the simulation stops there: the epoch it falls in is cut short to end at it (under
-``live``, the iterations that epoch must complete may still end after it).
+epoch ends. An epoch in which a job meets its stop rule is cut short to end then, as the live
+coordinator cuts it (:func:`slaq_mpi.plan.cut_time`), so the finished job's cores are given
+out again at once. With the ``fluid`` epoch model (default) progress inside an unfinished
+iteration carries over to the next epoch and no job holds up the others; with ``live`` the
+simulator does what the MPI runtime does: every running job completes at least one whole
+iteration per epoch, starts none that would end after the deadline, and the next epoch begins
+when the slowest job has reported. Epochs in which no job is active are skipped (time jumps
+to the next arrival). With a ``horizon`` the simulation stops there: the epoch it falls in is
+cut short to end at it (under ``live``, the iterations that epoch must complete may still end
+after it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 
 from slaq_mpi.errors import SlaqError
 from slaq_mpi.evaluation import JobTrace, RunData
-from slaq_mpi.plan import epoch_length
+from slaq_mpi.plan import cut_time, epoch_length
 from slaq_mpi.sim.workload import SimJob
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
@@ -81,9 +83,36 @@ def _utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float]
     return tuple(out)
 
 
-def _advance(s: _State, cores: int, now: float, epoch: float, noise: float,
-             reconfigure: float, live: bool) -> float:
-    """Run job ``s`` on ``cores`` cores for the epoch starting at ``now``.
+def _speed(s: _State, cores: int, noise: float) -> float:
+    """Seconds per iteration of job ``s`` on ``cores`` cores this epoch (one noise draw)."""
+    tpi = s.job.scaling.seconds(cores)
+    if noise > 0:
+        tpi *= max(0.1, 1.0 + noise * float(s.rng.standard_normal()))
+    return tpi
+
+
+def _penalty(s: _State, cores: int, reconfigure: float) -> float:
+    """Seconds job ``s`` loses this epoch to a change of its core count (checkpoint, restore)."""
+    return reconfigure if (s.cores > 0 and cores != s.cores and s.n > 0) else 0.0
+
+
+def _finish(s: _State, now: float, epoch: float, tpi: float, penalty: float, live: bool) -> float:
+    """When job ``s`` would meet its stop rule in the epoch ``[now, now + epoch)`` at ``tpi``
+    seconds per iteration (``inf`` if it would not finish in it)."""
+    left = s.job.stop_iter - s.n
+    if left <= 0:
+        return now
+    frac = 0.0 if live else s.frac
+    done = now + penalty + (left - frac) * tpi
+    if done <= now + epoch + 1e-9 * tpi or (live and left == 1):
+        return done
+    return math.inf
+
+
+def _advance(s: _State, cores: int, now: float, epoch: float, tpi: float, penalty: float,
+             live: bool) -> float:
+    """Run job ``s`` on ``cores`` cores (``tpi`` seconds per iteration, the first ``penalty``
+    seconds lost to a move) for the epoch starting at ``now``.
 
     Returns when the job's last iteration of the epoch ended (``now`` if none did).
     fluid: iterations run back to back across epoch boundaries (progress carries over).
@@ -91,15 +120,11 @@ def _advance(s: _State, cores: int, now: float, epoch: float, noise: float,
     that would end after the deadline; the caller makes the epoch last until every job is done.
     """
     job = s.job
-    penalty = reconfigure if (s.cores > 0 and cores != s.cores and s.n > 0) else 0.0
     s.cores = cores
     if cores <= 0:
         return now
     if math.isnan(s.start):
         s.start = now
-    tpi = job.scaling.seconds(cores)
-    if noise > 0:
-        tpi *= max(0.1, 1.0 + noise * float(s.rng.standard_normal()))
     avail = epoch - penalty
     last = now
     if live:
@@ -191,12 +216,23 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         decision.append((time.perf_counter() - t0) * 1000.0)
         alloc = _sanitize(raw, active, capacity, pname)
         row: dict[int, int] = {}
-        ends: list[float] = []
+        speed: dict[int, tuple[float, float]] = {}
+        first_done = math.inf
         for s in active:
             c = alloc.get(s.job.name, 0)
             if c:
                 row[s.col] = c
-            ends.append(_advance(s, c, now, length, time_noise, reconfigure_seconds, live))
+                tpi, pen = _speed(s, c, time_noise), _penalty(s, c, reconfigure_seconds)
+                speed[s.col] = (tpi, pen)
+                first_done = min(first_done, _finish(s, now, length, tpi, pen, live))
+        if math.isfinite(first_done):  # a job frees its cores mid-epoch: re-decide then
+            cut = cut_time(now, length, first_done, epoch_seconds)
+            length = length if cut is None else cut - now
+        ends: list[float] = []
+        for s in active:
+            tpi, pen = speed.get(s.col, (math.inf, 0.0))
+            ends.append(_advance(s, alloc.get(s.job.name, 0) if s.col in speed else 0, now,
+                                 length, tpi, pen, live))
         epoch_t.append(now)
         rows.append(row)
         step = length
