@@ -249,9 +249,17 @@ def cut_asked(epoch: int) -> bool:
         asked |= int(_cut_box[0]) == epoch
 
 
+def settle_cuts() -> None:
+    """Rank 0, at the end of the run: complete its asks to end an epoch early (8-byte
+    sends, complete once buffered)."""
+    for request, _box in _cut_sends:
+        _wait(request)
+    _cut_sends.clear()
+
+
 def stop_cut_listening() -> None:
-    """Any worker, at the end of the run: take the asks still arriving, then cancel the
-    posted receive so that no communication is left pending."""
+    """Any worker, at the end of the run: take the asks that have arrived, then cancel the
+    posted receive (an ask still in flight is dropped with the world)."""
     global _cut_recv
     cut_asked(-1)
     if _cut_recv is not None:

@@ -103,6 +103,7 @@ class Coordinator:
                 break
             status = self._one_epoch()
         comm.broadcast_plan(Plan(epoch=self.epoch, epoch_seconds=0.0, stop=True))
+        comm.settle_cuts()
         comm.barrier()
         self._save(finished=status != EXIT_STOPPED)
         if status == EXIT_STOPPED:
@@ -208,13 +209,15 @@ class Coordinator:
                  ) -> tuple[dict[str, Report], float | None]:
         """Every running job's report of this epoch (which began at ``started``, monotonic).
 
-        When a job reports it finished (or failed) early enough (:func:`cut_time`), the
-        other jobs' leaders are asked to end the epoch then, so that its cores are given out
-        again at once. Returns the reports and when the cut was asked (wall clock) or None.
+        When jobs report they finished (or failed) early enough, holding enough cores
+        (:func:`cut_time`), the other jobs' leaders are asked to end the epoch then, so that
+        those cores are given out again at once. Returns the reports and when the cut was
+        asked (wall clock) or None.
         """
         reports: dict[str, Report] = {}
         cut_at: float | None = None
         cut_wall: float | None = None
+        freed = 0
         while len(reports) < len(running):
             msg = comm.wait_message(deadline=cut_at)
             if msg is None:  # the time to cut the epoch has come
@@ -229,9 +232,12 @@ class Coordinator:
                     f"{payload['error']}\n{payload['traceback']}"
                 )
             reports[payload.job] = payload
-            if (payload.status != "running" and cut_at is None and cut_wall is None
-                    and len(reports) < len(running)):
-                cut_at = cut_time(started, length, time.monotonic(), self.spec.epoch_seconds)
+            if payload.status != "running" and cut_at is None and cut_wall is None:
+                freed += payload.cores
+                end = payload.end_times[-1] if payload.end_times else time.time()
+                finished = time.monotonic() - (time.time() - end)
+                cut_at = cut_time(started, length, finished, self.spec.epoch_seconds,
+                                  freed, len(self.workers))
         return reports, cut_wall
 
     def _absorb(self, reports: dict[str, Report], cut_wall: float | None) -> None:
@@ -256,8 +262,11 @@ class Coordinator:
                          "Raise epoch_seconds or give it more cores.")
                 job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
             starts.append(rep.first_start)
-            deadlines.append(rep.deadline if cut_wall is None else min(rep.deadline, cut_wall))
-            stops.append(rep.end_times[-1] if rep.end_times else rep.first_start)
+            stop = rep.end_times[-1] if rep.end_times else rep.first_start
+            # a cut epoch ended when its jobs stopped (the next chunk boundary after the ask)
+            deadlines.append(rep.deadline if cut_wall is None
+                             else min(rep.deadline, max(cut_wall, stop)))
+            stops.append(stop)
             if rep.status != "running":
                 job.status, job.reason = rep.status, rep.reason
                 job.end = self._wall_to_now(rep.end_times[-1]) if rep.end_times else self.now()

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MIN_EPOCH_SHARE = 0.25  # an epoch shortened for an arrival or a completion lasts at least this share of one
+# A re-decision pauses every core for about this share of an epoch (benchmarks/realloc.py
+# measures about 50 ms on 2 s epochs): cutting an epoch must save more idle core-seconds.
+CUT_COST_SHARE = 1 / 32
 
 
 def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -> float:
@@ -23,18 +26,22 @@ def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -
     return max(gap, MIN_EPOCH_SHARE * epoch_seconds)
 
 
-def cut_time(start: float, length: float, finished: float, epoch_seconds: float) -> float | None:
-    """When to end early the epoch ``[start, start + length)`` in which a job finished (or
-    failed) at ``finished``, so that its cores go to other jobs at once; None: do not cut.
+def cut_time(start: float, length: float, finished: float, epoch_seconds: float,
+             freed: int, capacity: int) -> float | None:
+    """When to end early the epoch ``[start, start + length)`` in which jobs holding ``freed``
+    of the ``capacity`` cores finished (or failed), the last at ``finished``, so that their
+    cores go to other jobs at once; None: do not cut.
 
     The epoch is cut at ``finished``, but not before it has lasted ``MIN_EPOCH_SHARE`` of
     ``epoch_seconds`` (a decision needs some new losses), and only if at least that much of it
-    is left (a cut costs a decision and a checkpoint of every job). The live coordinator and
-    the simulator both use this.
+    is left and the freed cores would idle for at least ``CUT_COST_SHARE`` of the epoch's
+    core-seconds: a cut costs a decision and a checkpoint of every job, a pause of every core.
+    The live coordinator and the simulator both use this.
     """
     floor = MIN_EPOCH_SHARE * epoch_seconds
     at = max(finished, start + floor)
-    if start + length - at < floor:
+    left = start + length - at
+    if left < floor or freed * left < CUT_COST_SHARE * capacity * epoch_seconds:
         return None
     return at
 

@@ -154,6 +154,14 @@ def test_core_share_groups() -> None:
     s = summarize(run, {j.name: 0.0 for j in js})
     got = (s["core_share_high"], s["core_share_medium"], s["core_share_low"])
     assert got == pytest.approx((0.1, 0.2, 0.7))
+    # epochs weigh as much as they last: 0.5 s with the allocation reversed, then 1.5 s until
+    # the run stopped at 7 s
+    run = dataclasses.replace(run_of(js, epoch_time=[5.0, 5.5], alloc=[[40, 30, 20, 10], [10, 20, 30, 40]]),
+                  stopped=7.0)
+    s = summarize(run, {j.name: 0.0 for j in js})
+    got = (s["core_share_high"], s["core_share_medium"], s["core_share_low"])
+    assert got == pytest.approx((0.25 * 0.4 + 0.75 * 0.1, 0.25 * 0.3 + 0.75 * 0.2,
+                                 0.25 * 0.3 + 0.75 * 0.7))
 
 
 def test_makespan_and_summary() -> None:

@@ -17,9 +17,12 @@ def test_epoch_is_cut_short_for_the_next_arrival() -> None:
 def test_an_epoch_is_cut_when_a_job_finishes_with_enough_of_it_left() -> None:
     from slaq_mpi.plan import cut_time
 
-    # an epoch of 2 s from t=10: the floor is a quarter of epoch_seconds (0.5 s)
-    assert cut_time(10.0, 2.0, 11.0, 2.0) == pytest.approx(11.0)  # cut when the job finished
-    assert cut_time(10.0, 2.0, 10.1, 2.0) == pytest.approx(10.5)  # but not before 0.5 s
-    assert cut_time(10.0, 2.0, 11.5, 2.0) == pytest.approx(11.5)  # 0.5 s left: still worth it
-    assert cut_time(10.0, 2.0, 11.6, 2.0) is None  # too little left to be worth a decision
-    assert cut_time(10.0, 0.8, 10.2, 2.0) is None  # an epoch already short for an arrival
+    # an epoch of 2 s from t=10 on 64 cores: the floor is a quarter of epoch_seconds (0.5 s),
+    # and the freed cores must idle at least 64 * 2 / 32 = 4 core-seconds otherwise
+    assert cut_time(10.0, 2.0, 11.0, 2.0, 8, 64) == pytest.approx(11.0)  # cut when it finished
+    assert cut_time(10.0, 2.0, 10.1, 2.0, 8, 64) == pytest.approx(10.5)  # not before 0.5 s
+    assert cut_time(10.0, 2.0, 11.5, 2.0, 8, 64) == pytest.approx(11.5)  # 0.5 s left: 4 core-s
+    assert cut_time(10.0, 2.0, 11.6, 2.0, 64, 64) is None  # too little left for a decision
+    assert cut_time(10.0, 0.8, 10.2, 2.0, 64, 64) is None  # an epoch already short for an arrival
+    assert cut_time(10.0, 2.0, 11.0, 2.0, 3, 64) is None  # 3 cores for 1 s: not worth a pause
+    assert cut_time(10.0, 2.0, 11.0, 2.0, 4, 64) == pytest.approx(11.0)  # 4 cores: it is

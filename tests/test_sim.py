@@ -147,6 +147,32 @@ def test_an_epoch_ends_when_a_job_finishes_and_its_cores_move_at_once() -> None:
     run = simulate([linear_job("short", n=9, work=0.2), long], Even(), capacity=2, epoch_seconds=2.0)
     assert run.jobs["short"].end == pytest.approx(1.8)
     assert run.epoch_time[:2].tolist() == pytest.approx([0.0, 2.0])
+    # nor one whose cores are too few to be worth a decision: 1 of 64 cores for 1 s is less
+    # than a 1/32-epoch pause of every core (plan.CUT_COST_SHARE)
+    class OneForShort:
+        name = "one-for-short"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            rest = snap.capacity - (len(snap.jobs) - 1)
+            return {j.job_id: 1 if j.job_id == "short" else rest for j in snap.jobs}
+
+    big = linear_job("big", n=20, work=63.0)  # 1 s per iteration on 63 cores
+    run = simulate([linear_job("short", n=2, work=0.5), big], OneForShort(), capacity=64,
+                   epoch_seconds=2.0)
+    assert run.jobs["short"].end == pytest.approx(1.0)
+    assert run.epoch_time[:2].tolist() == pytest.approx([0.0, 2.0])
+    # when every job with cores finishes, the epoch ends with the last (all have reported),
+    # too late in it for a cut: waiting job c gets cores at 1.8 s, not 2 s
+
+    class NotC:
+        name = "not-c"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            return {j.job_id: int(j.job_id != "c") for j in snap.jobs}
+
+    jobs = [linear_job("a", n=2, work=0.8), linear_job("b", n=2, work=0.9), linear_job("c", n=2)]
+    run = simulate(jobs, NotC(), capacity=2, epoch_seconds=2.0, max_epochs=2)
+    assert run.epoch_time.tolist() == pytest.approx([0.0, 1.8])
 
 
 def test_overallocation_is_an_error() -> None:

@@ -6,13 +6,15 @@ admitted, the policy is called on a
 :class:`~slaq_mpi.snapshot.ClusterSnapshot` built exactly as the live coordinator builds it
 (losses reported so far, one observed ``(cores, seconds/iteration)`` pair per epoch run,
 attained core-seconds), and every job then iterates at its scaling model's speed until the
-epoch ends. An epoch in which a job meets its stop rule is cut short to end then, as the live
-coordinator cuts it (:func:`slaq_mpi.plan.cut_time`), so the finished job's cores are given
-out again at once. With the ``fluid`` epoch model (default) progress inside an unfinished
-iteration carries over to the next epoch and no job holds up the others; with ``live`` the
-simulator does what the MPI runtime does: every running job completes at least one whole
-iteration per epoch, starts none that would end after the deadline, and the next epoch begins
-when the slowest job has reported. Epochs in which no job is active are skipped (time jumps
+epoch ends. An epoch in which jobs meet their stop rule is cut short by the live
+coordinator's rule (:func:`slaq_mpi.plan.cut_time`), so the finished jobs' cores are given
+out again at once (live, the other jobs stop at their next check, up to an eighth of an epoch
+later; here at once), and it ends with the last of its jobs if they all finish. With the
+``fluid`` epoch model (default) progress inside an unfinished iteration carries over to the
+next epoch and no job holds up the others; with ``live`` the simulator does what the MPI
+runtime does: every running job completes at least one whole iteration per epoch, starts none
+that would end after the deadline, and the next epoch begins when the slowest job has
+reported. Epochs in which no job is active are skipped (time jumps
 to the next arrival). With a ``horizon`` the simulation stops there: the epoch it falls in is
 cut short to end at it (under ``live``, the iterations that epoch must complete may still end
 after it).
@@ -96,17 +98,34 @@ def _penalty(s: _State, cores: int, reconfigure: float) -> float:
     return reconfigure if (s.cores > 0 and cores != s.cores and s.n > 0) else 0.0
 
 
-def _finish(s: _State, now: float, epoch: float, tpi: float, penalty: float, live: bool) -> float:
-    """When job ``s`` would meet its stop rule in the epoch ``[now, now + epoch)`` at ``tpi``
-    seconds per iteration (``inf`` if it would not finish in it)."""
+def _finish(s: _State, epoch: float, tpi: float, penalty: float, live: bool) -> float:
+    """Seconds into an epoch of ``epoch`` seconds at which job ``s`` would meet its stop rule
+    at ``tpi`` seconds per iteration (``inf`` if it would not finish in it). An offset, not a
+    time: ``now + x - now`` can lose the last iteration of a fast job to rounding."""
     left = s.job.stop_iter - s.n
     if left <= 0:
-        return now
+        return 0.0
     frac = 0.0 if live else s.frac
-    done = now + penalty + (left - frac) * tpi
-    if done <= now + epoch + 1e-9 * tpi or (live and left == 1):
+    done = penalty + (left - frac) * tpi
+    if done <= epoch + 1e-9 * tpi or (live and left == 1):
         return done
     return math.inf
+
+
+def _cut(length: float, ends: list[tuple[float, int]], epoch_seconds: float,
+         capacity: int) -> float:
+    """The length of an epoch of ``length`` seconds cut short for the jobs that finish in it,
+    as the live coordinator cuts it: ``ends`` holds ``(seconds into the epoch, cores)`` of
+    those jobs, and
+    the cut (:func:`slaq_mpi.plan.cut_time`) comes at the first finish from which the cores
+    freed so far make one worth it."""
+    freed = 0
+    for at, cores in sorted(ends):
+        freed += cores
+        cut = cut_time(0.0, length, at, epoch_seconds, freed, capacity)
+        if cut is not None:
+            return max(cut, at)
+    return length
 
 
 def _advance(s: _State, cores: int, now: float, epoch: float, tpi: float, penalty: float,
@@ -217,17 +236,20 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         alloc = _sanitize(raw, active, capacity, pname)
         row: dict[int, int] = {}
         speed: dict[int, tuple[float, float]] = {}
-        first_done = math.inf
+        finishing: list[tuple[float, int]] = []
         for s in active:
             c = alloc.get(s.job.name, 0)
             if c:
                 row[s.col] = c
                 tpi, pen = _speed(s, c, time_noise), _penalty(s, c, reconfigure_seconds)
                 speed[s.col] = (tpi, pen)
-                first_done = min(first_done, _finish(s, now, length, tpi, pen, live))
-        if math.isfinite(first_done):  # a job frees its cores mid-epoch: re-decide then
-            cut = cut_time(now, length, first_done, epoch_seconds)
-            length = length if cut is None else cut - now
+                at = _finish(s, length, tpi, pen, live)
+                if math.isfinite(at):
+                    finishing.append((at, c))
+        if finishing and len(finishing) == len(speed):  # all report early: the next epoch starts
+            length = min(length, max(at for at, _ in finishing))
+        elif finishing:  # a job frees its cores mid-epoch: re-decide then if worth it
+            length = _cut(length, finishing, epoch_seconds, capacity)
         ends: list[float] = []
         for s in active:
             tpi, pen = speed.get(s.col, (math.inf, 0.0))
