@@ -137,6 +137,27 @@ def test_sim_check_on_a_simulated_run_agrees_with_itself(config_file: Path, tmp_
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["ok"] is True
 
 
+def test_sim_check_ends_a_failed_job_where_it_failed(config_file: Path, tmp_path: Path) -> None:
+    args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    run = tmp_path / "o" / "fair"
+    as_real_run(run)
+    with h5py.File(run / "metrics.h5", "r+") as f:  # lr failed halfway: its last loss NaN
+        job = f["jobs/lr"]
+        k = len(job["loss"]) // 2
+        for key in ("loss", "time", "cores", "iter_seconds"):
+            kept = job[key][:k]
+            del job[key]
+            job[key] = kept
+        job["loss"][k - 1] = np.nan
+        job.attrs["status"] = "failed"
+        job.attrs["end"] = float(job["time"][k - 1])
+    cmp = compare_with_run(run, epoch_model="fluid")
+    sim = cmp.simulated.jobs["lr"]
+    assert len(sim.loss) == k and sim.status == "done"  # it stopped there, not at its stop rule
+    assert np.all(np.isfinite(sim.loss)) and np.isfinite(sim.l_star)
+
+
 def test_curves_record_writes_a_loadable_library(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from slaq_mpi.sim.curves import CurveLibrary
 

@@ -159,10 +159,16 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
         fitted[name] = model
         curve = np.asarray(tr.loss, dtype=np.float64)
         stop = tpl.stop if tpl is not None else None
-        n_stop = stop_iteration(curve, stop.max_iterations if stop else None,
-                                stop.tolerance if stop else None, len(curve))
-        if tr.status != "done":
-            n_stop = max(n_stop, len(curve))
+        if tr.status == "failed":  # it ended where it failed (its last loss may be NaN/inf)
+            n_stop = len(curve)
+            curve = curve[np.isfinite(curve)]
+            if len(curve) == 0:
+                continue
+        else:
+            n_stop = stop_iteration(curve, stop.max_iterations if stop else None,
+                                    stop.tolerance if stop else None, len(curve))
+            if tr.status != "done":
+                n_stop = max(n_stop, len(curve))
         jobs.append(SimJob(
             name=name, algorithm=tr.algorithm, convergence=tr.convergence, arrival=tr.arrival,
             curve=extend(curve, n_stop + 1), l_star=float(np.min(curve)), scaling=model,
