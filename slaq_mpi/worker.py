@@ -204,7 +204,6 @@ class Worker:
                 next_chunk = int(min(0.5 * left, plan.epoch_seconds / 8) / max(est, 1e-9))
                 if next_chunk == 0 and left >= est:
                     next_chunk = 1
-            if leader and status == "running":
                 self._cut = self._cut or comm.cut_asked(plan.epoch)
             end_now = self._stop_soon or self._cut
             flags = self.group.allreduce(

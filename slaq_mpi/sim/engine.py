@@ -14,10 +14,9 @@ later; here at once), and it ends with the last of its jobs if they all finish. 
 next epoch and no job holds up the others; with ``live`` the simulator does what the MPI
 runtime does: every running job completes at least one whole iteration per epoch, starts none
 that would end after the deadline, and the next epoch begins when the slowest job has
-reported. Epochs in which no job is active are skipped (time jumps
-to the next arrival). With a ``horizon`` the simulation stops there: the epoch it falls in is
-cut short to end at it (under ``live``, the iterations that epoch must complete may still end
-after it).
+reported. Epochs in which no job is active are skipped (time jumps to the next arrival).
+With a ``horizon`` the simulation stops there: the epoch it falls in is cut short to end at it
+(under ``live``, the iterations that epoch must complete may still end after it).
 """
 
 from __future__ import annotations
@@ -116,9 +115,8 @@ def _cut(length: float, ends: list[tuple[float, int]], epoch_seconds: float,
          capacity: int) -> float:
     """The length of an epoch of ``length`` seconds cut short for the jobs that finish in it,
     as the live coordinator cuts it: ``ends`` holds ``(seconds into the epoch, cores)`` of
-    those jobs, and
-    the cut (:func:`slaq_mpi.plan.cut_time`) comes at the first finish from which the cores
-    freed so far make one worth it."""
+    those jobs, and the cut (:func:`slaq_mpi.plan.cut_time`) comes at the first finish from
+    which the cores freed so far make one worth it."""
     freed = 0
     for at, cores in sorted(ends):
         freed += cores
@@ -253,8 +251,7 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         ends: list[float] = []
         for s in active:
             tpi, pen = speed.get(s.col, (math.inf, 0.0))
-            ends.append(_advance(s, alloc.get(s.job.name, 0) if s.col in speed else 0, now,
-                                 length, tpi, pen, live))
+            ends.append(_advance(s, alloc.get(s.job.name, 0), now, length, tpi, pen, live))
         epoch_t.append(now)
         rows.append(row)
         step = length
