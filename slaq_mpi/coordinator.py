@@ -63,6 +63,7 @@ class Coordinator:
         self._warned_slow: set[str] = set()
         self._elapsed = elapsed
         self._t0 = time.monotonic() - elapsed
+        self._observed = elapsed  # experiment seconds up to which every job's history is known
 
     # --- time and signals -------------------------------------------------------------
 
@@ -140,6 +141,7 @@ class Coordinator:
             while self.now() < wake and not self.stop_requested:
                 time.sleep(min(0.05, max(0.0, wake - self.now())))
                 self._check_stop_file()
+            self._observed = self.now()
             return None
         length = epoch_length(now, min((j.arrival for j in pending), default=None),
                               self.spec.epoch_seconds)
@@ -170,6 +172,7 @@ class Coordinator:
                 job.status = "running"
         reports, cut_wall = self._collect(set(ranks), started, length)
         self._absorb(reports, cut_wall)
+        self._observed = self.now()  # the epoch ended with its last report (early if cut)
         self._progress(now, alloc)
         self.epoch += 1
         return None
@@ -301,6 +304,7 @@ class Coordinator:
         _say(f"metrics: {self.run_dir / 'metrics.h5'}")
 
     def _save(self, finished: bool) -> None:
+        self.record.attrs["stopped"] = self._observed
         self.record.write(self.run_dir / "metrics.h5")
         state = {"epoch": self.epoch, "elapsed": self.now(), "finished": finished}
         tmp = self.run_dir / f".{STATE_FILE}.tmp"

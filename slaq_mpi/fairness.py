@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from slaq_mpi.evaluation import JobTrace, RunData, job_end, normalized_loss
+from slaq_mpi.evaluation import JobTrace, RunData, normalized_loss, observed_end
 
 __all__ = ["P_MEAN_EXPONENT", "job_utility", "power_mean", "rhos", "speedups", "total_utility"]
 
@@ -61,9 +61,8 @@ def _seconds_model(job: JobTrace) -> Callable[[float], float] | None:
 
 
 def _run_end(run: RunData) -> float:
-    ends = [job_end(j) for j in run.jobs.values()]
-    last_epoch = float(run.epoch_time[-1]) + run.epoch_seconds if len(run.epoch_time) else 0.0
-    return max([last_epoch, *ends]) if ends else last_epoch
+    end = observed_end(run)
+    return end if math.isfinite(end) else 0.0
 
 
 def rhos(run: RunData) -> np.ndarray:

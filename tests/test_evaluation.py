@@ -239,6 +239,20 @@ def test_rho_of_a_lone_job_is_one_and_of_queued_jobs_follows_contention() -> Non
     assert row["mean_rho"] == pytest.approx((0.5 + 4.0 / 3.0) / 2)
 
 
+
+def test_rho_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> None:
+    # a live run records when its last (possibly cut) epoch ended: 11 s, not 8 + 4 s
+    from slaq_mpi.fairness import rhos
+
+    done = timed_job("a", 0.0, 0.0, 10)
+    open_ = timed_job("open", 0.0, 0.0, 2, end=math.nan)
+    run = dataclasses.replace(four_core_run([done]), jobs={"a": done, "open": open_},
+                              job_names=["a", "open"], alloc=np.zeros((3, 2), dtype=np.int32),
+                              stopped=11.0)
+    # open: life 11 s, contention (11 + 10) / 11 -> 4 * 11 / 21 cores -> 2 iterations of
+    # 21 / 11 s alone
+    assert rhos(run)[1] == pytest.approx(11.0 / (2 * 21.0 / 11.0))
+
 def test_speedups_against_the_equal_share() -> None:
     from slaq_mpi.fairness import speedups
 

@@ -108,7 +108,11 @@ def test_an_epoch_ends_early_when_a_job_finishes(tmp_path: Path) -> None:
         names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["epochs/job_names"][()]]
         statuses = {n: g.attrs["status"] for n, g in f["jobs"].items()}
         short_end = float(f["jobs/short"].attrs["end"])
+        long_end = float(f["jobs/long"].attrs["end"])
+        stopped = float(f.attrs["stopped"])
     assert statuses == {"short": "done", "long": "done"}
+    # the run observed its jobs until its last epoch ended, with the last job's report
+    assert long_end <= stopped < long_end + 1.0, (long_end, stopped, start)
     assert short_end < 1.0, f"short ended at t={short_end:.2f} s"
     assert len(start) >= 2 and 0.9 <= start[1] - start[0] < 3.0, start
     assert alloc[1, names.index("long")] == 2, alloc

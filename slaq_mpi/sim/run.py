@@ -12,7 +12,7 @@ import numpy as np
 
 from slaq_mpi._text import count
 from slaq_mpi.errors import DataError
-from slaq_mpi.evaluation import RunData
+from slaq_mpi.evaluation import RunData, observed_end
 from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.utility import validate_utility
 from slaq_mpi.sim.curves import CurveLibrary, extend
@@ -178,7 +178,8 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
         ))
     jobs.sort(key=lambda j: (j.arrival, j.name))
     policy = get_policy(real.policy, **(dict(spec.policy_params) if real.policy == spec.policy else {}))
-    horizon = float(real.epoch_time[-1]) + real.epoch_seconds if len(real.epoch_time) else None
+    end = observed_end(real)  # the simulation covers what the real run observed
+    horizon = end if math.isfinite(end) else None
     sim = simulate(jobs, policy, capacity=real.capacity, epoch_seconds=real.epoch_seconds,
                    name=real.name, seed=real.seed, config_text=real.config, horizon=horizon,
                    progress=progress, epoch_model=epoch_model)
