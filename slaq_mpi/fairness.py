@@ -119,7 +119,7 @@ def speedups(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
     out = np.full(len(names), np.nan)
     if len(times) == 0:
         return out
-    stops = np.append(times[1:], max(_run_end(run), times[-1] + run.epoch_seconds))
+    stops = np.append(times[1:], max(_run_end(run), times[-1]))
     arr = np.array([j.arrival for j in run.jobs.values()])
     end = np.array([j.end if math.isfinite(j.end) else np.inf for j in run.jobs.values()])
     active = (arr[None, :] <= times[:, None] + 1e-9) & (times[:, None] < end[None, :])

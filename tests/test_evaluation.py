@@ -270,6 +270,20 @@ def test_speedups_against_the_equal_share() -> None:
     assert row["p_mean_speedup"] == pytest.approx(2.0 / (1 / 2.4 + 1 / 0.6))
 
 
+
+def test_speedup_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> None:
+    # "open" runs 1 s iterations where an equal share (2 cores, "idle" waits) takes 2 s; the
+    # run stopped observing at 10 s, in the epoch that began at 8 s (planned to end at 12 s)
+    from slaq_mpi.fairness import speedups
+
+    open_ = timed_job("open", 0.0, 0.0, 10, end=math.nan)
+    idle = timed_job("idle", 0.0, 0.0, 0, end=math.nan)
+    run = dataclasses.replace(four_core_run([timed_job("a", 0.0, 0.0, 10)]),
+                              jobs={"open": open_, "idle": idle}, job_names=["open", "idle"],
+                              alloc=np.zeros((3, 2), dtype=np.int32), stopped=10.0)
+    # epochs [0,4) 0.3/0.1, [4,8) 0.4/0.2, [8,10) 0.2/0.1 -> (4*3 + 4*2 + 2*2) / 10
+    assert speedups(run, {"open": 0.0, "idle": 0.0})[0] == pytest.approx(2.4)
+
 def test_power_mean() -> None:
     from slaq_mpi.fairness import power_mean
 
