@@ -145,20 +145,20 @@ def check_data_unchanged(run_dir: Path) -> None:
     """
     import json
 
-    from slaq_mpi.datasets import fingerprint
+    from slaq_mpi.datasets import fingerprint_matches
 
     kept = _kept(run_dir, "data_files")
     if kept is None:
         return  # a run from before fingerprints were kept
-    now: dict[str, str] = {}  # a file shared by jobs is read once
+    now: dict[tuple[str, str], bool] = {}  # a file shared by jobs is read once
     for job, (path, was) in sorted(json.loads(kept).items()):
-        if path not in now:
+        if (path, was) not in now:
             try:
-                now[path] = fingerprint(path)
+                now[path, was] = fingerprint_matches(path, was)
             except OSError as exc:
                 raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} cannot be "
                                   f"read ({exc.strerror}); restore it") from None
-        if now[path] != was:
+        if not now[path, was]:
             raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} changed since "
                               "the run started; restore it, or start a new run with slaq run CONFIG")
 

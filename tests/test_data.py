@@ -459,3 +459,50 @@ def test_convert_options_of_another_format_are_refused(tmp_path: Path, capsys) -
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err and "input only" in err, err
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_fingerprint_sees_a_rewrite_in_the_middle_of_a_large_file(tmp_path: Path) -> None:
+    from slaq_mpi.datasets import fingerprint, fingerprint_matches
+
+    data = tmp_path / "big.bin"
+    rng = np.random.default_rng(0)
+    data.write_bytes(rng.bytes(9 << 20))
+    kept, old_style = fingerprint(data), fingerprint(data, samples=0)
+    assert kept.endswith(":256") and old_style.count(":") == 1
+    with open(data, "r+b") as fh:  # 64 KiB rewritten in place, far from the head and tail
+        fh.seek(5 << 20)
+        fh.write(rng.bytes(64 << 10))
+    assert fingerprint(data, samples=0) == old_style  # head and tail alone miss it
+    assert not fingerprint_matches(data, kept)
+    # a run started before the samples were taken kept the head-and-tail form: still checked so
+    assert fingerprint_matches(data, fingerprint(data, samples=0))
+    copy = tmp_path / "copy.bin"
+    copy.write_bytes(data.read_bytes())  # a copy (new modification time) matches
+    assert fingerprint_matches(copy, fingerprint(data))
+    with open(copy, "r+b") as fh:
+        first = fh.read(1)
+        fh.seek(0)
+        fh.write(bytes([first[0] ^ 0xFF]))
+    assert not fingerprint_matches(copy, fingerprint(data))
+
+
+def test_resume_check_reads_fingerprints_kept_by_an_earlier_version(tmp_path: Path) -> None:
+    import json
+
+    from slaq_mpi.datasets import fingerprint
+    from slaq_mpi.errors import ConfigError
+    from slaq_mpi.launch import check_data_unchanged
+
+    data = tmp_path / "train.bin"
+    data.write_bytes(np.random.default_rng(1).bytes(3 << 20))
+    run = tmp_path / "run"
+    run.mkdir()
+    with h5py.File(run / "metrics.h5", "w") as f:  # head and tail only, as runs kept before
+        f.attrs["data_files"] = json.dumps({"a": [str(data), fingerprint(data, samples=0)],
+                                            "b": [str(data), fingerprint(data)]})
+    check_data_unchanged(run)  # unchanged: both forms match
+    with open(data, "r+b") as fh:
+        fh.seek(len(data.read_bytes()) // 2)
+        fh.write(b"changed in the middle")
+    with pytest.raises(ConfigError, match="job b's data file .* changed since the run started"):
+        check_data_unchanged(run)  # job a's head-and-tail form cannot see it; b's samples do
