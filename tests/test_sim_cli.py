@@ -218,6 +218,21 @@ def test_sim_check_gives_the_jobs_their_utility_specs(tmp_path: Path) -> None:
     assert cmp.mean_share_difference == 0.0
 
 
+def test_sim_check_reads_the_run_config_as_slaq_run_did(tmp_path: Path) -> None:
+    """A config writing ``1e-4`` (a number to ``slaq run``, text to YAML 1.1) is checked too."""
+    text = yaml.safe_dump(UTILITY_CONFIG).replace(
+        "- algorithm: logreg\n", "- algorithm: logreg\n  hyperparameters: {l2: 1e-4}\n", 1)
+    assert "l2: 1e-4" in text and isinstance(yaml.safe_load(text)["jobs"][0]["hyperparameters"]["l2"], str)
+    cfg = tmp_path / "u.yaml"
+    cfg.write_text(text)
+    args = parse(["simulate", str(cfg), "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    as_real_run(tmp_path / "o" / "utility")
+    assert "l2: 1e-4" in read_metrics(tmp_path / "o" / "utility").config
+    cmp = compare_with_run(tmp_path / "o" / "utility", epoch_model="fluid")
+    assert cmp.mean_share_difference == 0.0
+
+
 def test_sim_check_refuses_a_simulated_run(config_file: Path, tmp_path: Path) -> None:
     from tests.conftest import run_slaq
 

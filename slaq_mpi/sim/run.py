@@ -142,7 +142,9 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
     from slaq_mpi import config as cfg
 
     real = read_real_run(run_dir)
-    spec = cfg.parse(yaml.safe_load(real.config), check_files=False)
+    # the run's own loader: its config may write 1e-4, which YAML 1.1's safe_load reads as text
+    raw = yaml.load(real.config, Loader=cfg.yaml_loader())  # noqa: S506 - a safe loader
+    spec = cfg.parse(raw, check_files=False)
     templates = {j.name: j for j in spec.jobs}
     utilities = {j.name: validate_utility(j.utility, f"jobs[{i}].utility")
                  for i, j in enumerate(spec.jobs) if j.utility is not None}
