@@ -256,6 +256,8 @@ def test_a_job_that_would_run_for_years_is_refused_unless_the_run_is_bounded() -
     assert "simulated seconds alone" in str(info.value) and "simulation.horizon" in str(info.value)
     run = run_policies(make_spec({**huge, "horizon": 10.0}), ["fair"])["fair"]  # asked for: fine
     assert run.epoch_time.max() < 10.0
+    run = run_policies(make_spec(huge), ["fair"], max_epochs=3)["fair"]  # as --max-epochs 3
+    assert len(run.epoch_time) == 3
 
 
 @pytest.mark.parametrize(("simulation", "where", "needle"), [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,13 @@ __all__ = ["Comparison", "compare_with_run", "prepare", "read_real_run", "run_po
            "share_difference"]
 
 
-def prepare(spec: Any, library: CurveLibrary | None = None,
-            notes: list[str] | None = None) -> tuple[SimSettings, list[SimJob]]:
-    """Validated settings and the simulated workload of ``spec``."""
+def prepare(spec: Any, library: CurveLibrary | None = None, notes: list[str] | None = None,
+            max_epochs: int | None = None) -> tuple[SimSettings, list[SimJob]]:
+    """Validated settings and the simulated workload of ``spec``; ``max_epochs`` (as
+    ``--max-epochs``) replaces ``simulation.max_epochs``."""
     settings = parse_settings(spec)
+    if max_epochs is not None:
+        settings = replace(settings, max_epochs=max_epochs)
     if library is None:
         library = CurveLibrary.load(settings.curve_file)
     return settings, build_workload(spec, settings, library, notes)
@@ -40,7 +43,7 @@ def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Pa
                  library: CurveLibrary | None = None) -> dict[str, RunData]:
     """Simulate ``spec`` under each policy on the same workload; write OUT/<policy>/metrics.h5."""
     notes: list[str] = []
-    settings, jobs = prepare(spec, library, notes)
+    settings, jobs = prepare(spec, library, notes, max_epochs)
     for note in notes:
         if progress:
             progress(f"note: {note}")
@@ -56,7 +59,7 @@ def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Pa
             jobs, policy, capacity=settings.capacity, epoch_seconds=spec.epoch_seconds,
             name=spec.name, seed=spec.seed, config_text=spec.source,
             time_noise=settings.time_noise, reconfigure_seconds=settings.reconfigure_seconds,
-            max_epochs=max_epochs if max_epochs is not None else settings.max_epochs,
+            max_epochs=settings.max_epochs,
             horizon=settings.horizon, progress=progress, epoch_model=settings.epoch_model,
         )
         run.policy = name

@@ -167,7 +167,7 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                 f"its best core count ({stop} iterations of {work:.3g} one-core seconds), more "
                 f"than {MAX_JOB_SECONDS:.0e}; lower simulation.work_scale, "
                 f"simulation.scaling.{tpl.algorithm}.cost or simulation.workload.size_jitter, or "
-                "set simulation.horizon or max_epochs to simulate part of it")
+                "set simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
         out.append(SimJob(
             name=name,
             algorithm=tpl.algorithm,
