@@ -15,10 +15,12 @@ the checkpoints (``slaq run --resume RUN_DIR``). ``docs/slurm.md`` tells the who
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -378,29 +380,44 @@ def _check_resumable(run_dir: Path, source: str, given: str) -> None:
                           "to resume: move it away for a fresh run (slaq report shows its results)")
 
 
+@contextlib.contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    """Run the block in ``path`` (then back where we were)."""
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
     from slaq_mpi import config
 
-    spec = config.load(args.config)
-    config.require_live(spec)
-    for problem in config.memory_notes(spec):  # the compute nodes check it again, and may have more
-        print(f"slaq: note: too big for this machine's memory: {problem}", file=sys.stderr)
-    settings = settings_for(spec)
+    cwd = Path.cwd()
+    settings = settings_for(config.load(args.config, check_files=False))
     if settings.python is None:
         # the job runs the Python that runs this command (its venv need not be active)
         settings = replace(settings, python=sys.executable)
-    cwd = Path.cwd()
-    run_dir = str((_workdir(settings, cwd) / spec.output_dir).resolve())
+    _check_log_dirs(settings, cwd)  # also that slurm.chdir exists
+    work = _workdir(settings, cwd)
+    # the job takes relative paths (data files, output_dir) from its own directory: check there
+    given = args.config if work == cwd else str(Path(args.config).resolve())
+    with _working_directory(work):
+        spec = config.load(given)
+        config.require_live(spec)
+        for problem in config.memory_notes(spec):  # the compute nodes check it again, and may have more
+            print(f"slaq: note: too big for this machine's memory: {problem}", file=sys.stderr)
+        run_dir = str(Path(spec.output_dir).resolve())
+        rundir.check_free(run_dir)
+        if (Path(run_dir) / "state.json").is_file():
+            _check_resumable(Path(run_dir), spec.source, args.config)
+            print(f"slaq: note: {run_dir} holds an earlier run of this config; the job will resume it "
+                  "(move it away for a fresh run)", file=sys.stderr)
+        else:
+            rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
+            config.check_data_space(spec)
     script = render_sbatch(settings, config=str(Path(args.config).resolve()), run_dir=run_dir)
-    _check_log_dirs(settings, cwd)
-    rundir.check_free(run_dir)
-    if (Path(run_dir) / "state.json").is_file():
-        _check_resumable(Path(run_dir), spec.source, args.config)
-        print(f"slaq: note: {run_dir} holds an earlier run of this config; the job will resume it "
-              "(move it away for a fresh run)", file=sys.stderr)
-    else:
-        rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
-        config.check_data_space(spec)
     if args.dry_run:
         print(script, end="")
         return 0

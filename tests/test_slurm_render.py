@@ -371,6 +371,34 @@ def test_submit_refuses_a_log_directory_that_does_not_exist(
         assert fake.calls == [] and key in capsys.readouterr().err
 
 
+def test_submit_takes_relative_paths_from_slurm_chdir_as_the_job_does(
+        monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi import datasets, generators
+
+    fake = _sbatch_answers(monkeypatch, tmp_path)  # submitted from tmp_path
+    (tmp_path / "work").mkdir()
+    spec = datasets.DatasetSpec(generator="classification", params={"rows": 200, "features": 3})
+    generators.generate(spec, tmp_path / "work" / "data.h5", 1)
+    text = _write_config(tmp_path).read_text()
+    text = text.replace(f"output_dir: {tmp_path / 'runs' / 'tiny'}", "output_dir: runs/tiny")
+    text = text.replace("{generator: classification, rows: 200, features: 3, seed: 1}", "{path: data.h5}")
+    cfg = tmp_path / "rel.yaml"
+    cfg.write_text(text + "slurm: {chdir: work}\n")
+    # the data file is in the job's directory, not in the one we submit from
+    assert cli.main(["submit", str(cfg)]) == 0, capsys.readouterr().err
+    script = fake.calls[0][1]
+    assert script is not None and f"RUN_DIR={tmp_path / 'work' / 'runs' / 'tiny'}" in script
+    assert Path.cwd() == tmp_path  # back where it was
+    capsys.readouterr()
+    fake.calls.clear()
+    (tmp_path / "work" / "data.h5").rename(tmp_path / "data.h5")  # now only beside the submit
+    assert cli.main(["submit", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "jobs[0].dataset.path" in err and "does not exist" in err and fake.calls == []
+    assert Path.cwd() == tmp_path
+
+
 def test_the_script_stops_at_once_when_its_python_lacks_slaq(tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
     script.write_text(render_sbatch(settings_from_mapping({"python": sys.executable + "-missing"}),
