@@ -102,7 +102,7 @@ def _num(val: Any, where: str, lo: float, open_lo: bool = False) -> float:
 
 
 #: Largest ``workload.size_jitter``: the sigma of a lognormal, so 5 already spreads job sizes
-#: over a factor of e**10 (about 22,000) between the 2.5th and the 97.5th percentile.
+#: over a factor of e**(2 * 1.96 * 5) (about 3e8) between the 2.5th and the 97.5th percentile.
 MAX_SIZE_JITTER = 5.0
 
 
