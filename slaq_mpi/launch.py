@@ -136,9 +136,13 @@ def _check_unchanged(run_dir: Path, saved: Path) -> None:
                           "restore it, or start a new run with slaq run CONFIG")
 
 
-def check_data_unchanged(run_dir: Path) -> None:
-    """Refuse to resume a run whose data files changed since it started (fingerprints kept in
+def check_data_unchanged(run_dir: Path, spec: ExperimentSpec) -> None:
+    """Refuse to resume a run whose data changed since it started (fingerprints kept in
     metrics.h5): the jobs would go on training on other data, silently.
+
+    The files checked are those the resumed ``spec`` reads (its paths resolved now, from the
+    start directory or from here), each against the fingerprint its job's file had at the
+    start: a link pointed at another file is seen, a project directory renamed is not refused.
 
     Raises:
         ConfigError: naming the job, the file and what to do.
@@ -150,16 +154,19 @@ def check_data_unchanged(run_dir: Path) -> None:
     kept = _kept(run_dir, "data_files")
     if kept is None:
         return  # a run from before fingerprints were kept
+    paths = {j.name: j.dataset.path for j in spec.jobs if j.dataset.path}
     now: dict[tuple[str, str], bool] = {}  # a file shared by jobs is read once
-    for job, (path, was) in sorted(json.loads(kept).items()):
+    for job, (then, was) in sorted(json.loads(kept).items()):
+        path = paths.get(job, then)
+        named = path if path == then else f"{path} ({then} when the run started)"
         if (path, was) not in now:
             try:
                 now[path, was] = fingerprint_matches(path, was)
             except OSError as exc:
-                raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} cannot be "
-                                  f"read ({exc.strerror}); restore it") from None
+                raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {named} cannot "
+                                  f"be read ({exc.strerror}); restore it") from None
         if not now[path, was]:
-            raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {path} changed since "
+            raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {named} changed since "
                               "the run started; restore it, or start a new run with slaq run CONFIG")
 
 
@@ -293,7 +300,7 @@ def _check_start(spec: ExperimentSpec, run_dir: Path, resume: bool) -> None:
     """What must hold before a run starts: a resumed run's data files are unchanged; a fresh
     run's output_dir may be moved aside, and its generated data fits on the disk."""
     if resume:
-        check_data_unchanged(run_dir)
+        check_data_unchanged(run_dir, spec)
     else:
         rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
         config.check_data_space(spec)

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from jobs import load_solver
-from slaq_mpi import generators
+from slaq_mpi import config, generators
 from slaq_mpi.cli import main as slaq_main
 from slaq_mpi.datasets import DatasetSpec, check_file, inspect, read_shard
 from slaq_mpi.errors import DataError
@@ -500,9 +500,54 @@ def test_resume_check_reads_fingerprints_kept_by_an_earlier_version(tmp_path: Pa
     with h5py.File(run / "metrics.h5", "w") as f:  # head and tail only, as runs kept before
         f.attrs["data_files"] = json.dumps({"a": [str(data), fingerprint(data, samples=0)],
                                             "b": [str(data), fingerprint(data)]})
-    check_data_unchanged(run)  # unchanged: both forms match
+    spec = config.parse({"name": "x", "ranks": 3, "jobs": [
+        {"name": n, "algorithm": "kmeans", "dataset": {"path": str(data)}} for n in "ab"]},
+        check_files=False)
+    check_data_unchanged(run, spec)  # unchanged: both forms match
     with open(data, "r+b") as fh:
         fh.seek(len(data.read_bytes()) // 2)
         fh.write(b"changed in the middle")
     with pytest.raises(ConfigError, match="job b's data file .* changed since the run started"):
-        check_data_unchanged(run)  # job a's head-and-tail form cannot see it; b's samples do
+        check_data_unchanged(run, spec)  # job a's head-and-tail form cannot see it; b's samples do
+
+
+def test_resume_checks_the_files_the_resumed_run_reads(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from slaq_mpi.datasets import fingerprint
+    from slaq_mpi.errors import ConfigError
+    from slaq_mpi.launch import check_data_unchanged
+
+    proj = tmp_path / "proj"
+    (proj / "data").mkdir(parents=True)
+    for seed in (1, 2):
+        generate(DatasetSpec(generator="blobs", params={"rows": 300, "features": 4}),
+                 proj / "data" / f"v{seed}.h5", seed)
+    (proj / "data" / "current.h5").symlink_to("v1.h5")
+    (proj / "exp.yaml").write_text("name: x\nranks: 2\njobs:\n  - name: a\n    algorithm: kmeans\n"
+                                   "    dataset: {path: data/current.h5}\n")
+    monkeypatch.chdir(proj)
+    start = config.load("exp.yaml")
+    path = start.jobs[0].dataset.path
+    assert path == str(proj / "data" / "v1.h5")
+    run = tmp_path / "run"
+    run.mkdir()
+    with h5py.File(run / "metrics.h5", "w") as f:  # what the coordinator keeps at the start
+        f.attrs["data_files"] = json.dumps({"a": [path, fingerprint(path)]})
+    check_data_unchanged(run, config.load("exp.yaml"))
+    # the link now points at other data: the resumed run would read v2, so v2 is checked
+    (proj / "data" / "current.h5").unlink()
+    (proj / "data" / "current.h5").symlink_to("v2.h5")
+    with pytest.raises(ConfigError, match=r"job a's data file \S*v2.h5 \(\S*v1.h5 when the run "
+                                          r"started\) changed since the run started"):
+        check_data_unchanged(run, config.load("exp.yaml"))
+    (proj / "data" / "current.h5").unlink()
+    (proj / "data" / "current.h5").symlink_to("v1.h5")
+    # the project directory renamed: the same data under a new path is the same data
+    monkeypatch.chdir(tmp_path)
+    proj.rename(tmp_path / "proj2")
+    monkeypatch.chdir(tmp_path / "proj2")
+    moved = config.load("exp.yaml")
+    assert moved.jobs[0].dataset.path == str(tmp_path / "proj2" / "data" / "v1.h5")
+    check_data_unchanged(run, moved)
