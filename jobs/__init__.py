@@ -44,7 +44,7 @@ def load_solver(algorithm: str) -> type[Solver]:
     if ".py:" not in algorithm:
         raise KeyError(algorithm)
     file_part, cls_name = algorithm.rsplit(":", 1)
-    path = Path(file_part).resolve()
+    path = Path(file_part).expanduser().resolve()
     if not path.is_file():
         raise FileNotFoundError(str(path))
     mod_name = f"slaq_user_solver_{abs(hash(str(path)))}"

@@ -7,6 +7,7 @@ allowed. ``docs/config.md`` documents every key.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 from collections.abc import Hashable, Mapping
@@ -179,7 +180,7 @@ def input_files(spec: ExperimentSpec) -> list[Path]:
         if job.dataset.path:
             files.append(Path(job.dataset.path))
         if ".py:" in job.algorithm:
-            files.append(Path(job.algorithm.rsplit(":", 1)[0]))
+            files.append(Path(job.algorithm.rsplit(":", 1)[0]).expanduser())
     return files
 
 
@@ -244,7 +245,7 @@ def _output_dir(val: Any, check_files: bool) -> Path:
     ``check_files``)."""
     if not isinstance(val, str) or not val.strip():
         raise ConfigError("output_dir", val, "must be a non-empty path string")
-    path = Path(val)
+    path = Path(val).expanduser()
     if check_files:
         from slaq_mpi.rundir import check_own_dir
 
@@ -359,6 +360,7 @@ def _dataset(raw: Any, where: str, check_files: bool,
         path = raw["path"]
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{where}.path", path, "must be a file path")
+        path = os.path.expanduser(path)
         rows, features, top = None, None, None
         if check_files:
             if Path(path).is_dir():

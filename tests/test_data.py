@@ -551,3 +551,24 @@ def test_resume_checks_the_files_the_resumed_run_reads(tmp_path: Path,
     moved = config.load("exp.yaml")
     assert moved.jobs[0].dataset.path == str(tmp_path / "proj2" / "data" / "v1.h5")
     check_data_unchanged(run, moved)
+
+
+def test_a_tilde_in_config_paths_is_the_home_directory(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    (home / "solvers").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    generate(DatasetSpec(generator="classification", params={"rows": 300, "features": 4}),
+             home / "d.h5", 1)
+    solver = Path(__file__).parent / "solvers" / "faulty.py"
+    (home / "solvers" / "mine.py").write_text(solver.read_text())
+    cls = next(line.split()[1].split("(")[0] for line in solver.read_text().splitlines()
+               if line.startswith("class "))
+    spec = config.parse({"name": "t", "ranks": 3, "output_dir": "~/runs/t", "jobs": [
+        {"name": "a", "algorithm": "kmeans", "dataset": {"path": "~/d.h5"}},
+        {"name": "b", "algorithm": f"~/solvers/mine.py:{cls}", "dataset": {"path": "~/d.h5"}}]})
+    assert spec.output_dir == home / "runs" / "t"
+    assert spec.jobs[0].dataset.path == str(home / "d.h5")
+    assert home / "solvers" / "mine.py" in config.input_files(spec)
+    assert not (tmp_path / "~").exists()  # no directory named ~ here

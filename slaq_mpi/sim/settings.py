@@ -32,6 +32,7 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,8 @@ def parse_settings(spec: Any) -> SimSettings:
     curve_file = raw.get("curve_file")
     if curve_file is not None and (not isinstance(curve_file, str) or not curve_file):
         raise ConfigError(f"{w}.curve_file", curve_file, "must be a path to a .npz curve library")
+    if curve_file is not None:
+        curve_file = os.path.expanduser(curve_file)
     if curve_file is not None and Path(curve_file).is_dir():
         raise ConfigError(f"{w}.curve_file", curve_file, "is a directory; give the .npz file that "
                           "`slaq curves record --out FILE` wrote")
