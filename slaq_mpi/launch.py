@@ -126,6 +126,13 @@ def _kept(run_dir: Path, key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def start_dir(run_dir: Path) -> Path | None:
+    """The directory the run in ``run_dir`` started in (kept in metrics.h5), where a resume
+    reads its config's relative paths; None if not kept, or gone."""
+    start = _kept(run_dir, "workdir")
+    return Path(start) if start is not None and Path(start).is_dir() else None
+
+
 def _check_unchanged(run_dir: Path, saved: Path) -> None:
     """Refuse a resume whose config.yaml differs from the config the run started with (kept
     in metrics.h5): jobs added, removed or changed cannot be carried on from checkpoints."""

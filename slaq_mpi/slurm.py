@@ -129,8 +129,16 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
     if config is None:
         out += [
             'CONFIG=${1:?"usage: sbatch slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"}',
-            'RUN_DIR=${2:-$("$PYTHON" -c \'import sys; from slaq_mpi.config import load; '
-            'print(load(sys.argv[1], check_files=False).output_dir.resolve())\' "$CONFIG")}',
+            'OUT_DIR=$("$PYTHON" -c \'import sys; from slaq_mpi.config import load; '
+            'print(load(sys.argv[1], check_files=False).output_dir.resolve())\' "$CONFIG")',
+            'RUN_DIR=${2:-$OUT_DIR}',
+            "# a fresh start writes into the config's output_dir: RUN_DIR must be it, or a run to resume",
+            'if [ -n "$OUT_DIR" ] && [ ! -f "$RUN_DIR/state.json" ] && '
+            '[ "$(readlink -m "$RUN_DIR")" != "$OUT_DIR" ]; then',
+            '    echo "slaq.sbatch: RUN_DIR $RUN_DIR holds no run to resume, and a new run of $CONFIG '
+            'goes into its output_dir $OUT_DIR: leave RUN_DIR out, or give a run directory to resume" >&2',
+            '    exit 2',
+            'fi',
         ]
     else:
         out += [f"CONFIG={q(config)}", f"RUN_DIR={q(run_dir or '')}"]
@@ -393,25 +401,31 @@ def _working_directory(path: Path) -> Iterator[None]:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from slaq_mpi import config
+    from slaq_mpi.launch import check_data_unchanged, start_dir
 
     cwd = Path.cwd()
-    settings = settings_for(config.load(args.config, check_files=False))
+    first = config.load(args.config, check_files=False)
+    settings = settings_for(first)
     if settings.python is None:
         # the job runs the Python that runs this command (its venv need not be active)
         settings = replace(settings, python=sys.executable)
     _check_log_dirs(settings, cwd)  # also that slurm.chdir exists
     work = _workdir(settings, cwd)
-    # the job takes relative paths (data files, output_dir) from its own directory: check there
-    given = args.config if work == cwd else str(Path(args.config).resolve())
-    with _working_directory(work):
+    run_dir = str((work / first.output_dir).resolve())  # the job's directory is the base
+    resume = (Path(run_dir) / "state.json").is_file()
+    # ... and relative data and solver paths from there too, or, resuming a run, from the
+    # directory that run started in: check them where the job will read them
+    where = (start_dir(Path(run_dir)) if resume else None) or work
+    given = args.config if where == cwd else str(Path(args.config).resolve())
+    with _working_directory(where):
         spec = config.load(given)
         config.require_live(spec)
         for problem in config.memory_notes(spec):  # the compute nodes check it again, and may have more
             print(f"slaq: note: too big for this machine's memory: {problem}", file=sys.stderr)
-        run_dir = str(Path(spec.output_dir).resolve())
         rundir.check_free(run_dir)
-        if (Path(run_dir) / "state.json").is_file():
+        if resume:
             _check_resumable(Path(run_dir), spec.source, args.config)
+            check_data_unchanged(Path(run_dir), spec)  # the job would refuse, after its wait
             print(f"slaq: note: {run_dir} holds an earlier run of this config; the job will resume it "
                   "(move it away for a fresh run)", file=sys.stderr)
         else:

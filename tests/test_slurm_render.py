@@ -399,6 +399,58 @@ def test_submit_takes_relative_paths_from_slurm_chdir_as_the_job_does(
     assert Path.cwd() == tmp_path
 
 
+def test_submit_checks_a_resumed_run_where_it_started(
+        monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import h5py
+
+    from slaq_mpi import datasets, generators
+    from slaq_mpi.datasets import fingerprint
+
+    fake = _sbatch_answers(monkeypatch, tmp_path)  # submitted from tmp_path
+    proj = tmp_path / "proj"  # where the run was started by hand, then stopped
+    (proj / "data").mkdir(parents=True)
+    data = proj / "data" / "t.h5"
+    spec = datasets.DatasetSpec(generator="classification", params={"rows": 200, "features": 3})
+    generators.generate(spec, data, 1)
+    text = _write_config(tmp_path).read_text().replace(
+        "{generator: classification, rows: 200, features: 3, seed: 1}", "{path: data/t.h5}")
+    cfg = tmp_path / "rel.yaml"
+    cfg.write_text(text)
+    run = tmp_path / "runs" / "tiny"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(text)
+    (run / "state.json").write_text('{"epoch": 3, "elapsed": 6.0, "finished": false}')
+    with h5py.File(run / "metrics.h5", "w") as f:
+        f.attrs["workdir"] = str(proj)
+        f.attrs["data_files"] = json.dumps({"a": [str(data), fingerprint(data)]})
+    assert not (tmp_path / "data").exists()  # not where we submit from: found where it started
+    assert cli.main(["submit", str(cfg)]) == 0, capsys.readouterr().err
+    assert "the job will resume it" in capsys.readouterr().err and fake.calls
+    fake.calls.clear()
+    generators.generate(spec, data, 2)  # other data since the run started: refused now
+    assert cli.main(["submit", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "job a's data file" in err and "changed since the run started" in err and not fake.calls
+
+
+def test_the_script_by_hand_refuses_a_run_dir_it_would_not_start_in(tmp_path: Path) -> None:
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_sbatch(settings_from_mapping({"python": sys.executable})))
+    cfg = _write_config(tmp_path)  # output_dir: tmp_path/runs/tiny
+    env = {**os.environ, "PATH": f"{tmp_path / 'nobin'}:/usr/bin:/bin"}  # no srun: never launched
+    proc = subprocess.run(["bash", str(script), str(cfg), str(tmp_path / "elsewhere")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"slaq.sbatch: RUN_DIR {tmp_path / 'elsewhere'} holds no run to resume, and a new run of "
+        f"{cfg} goes into its output_dir {tmp_path / 'runs' / 'tiny'}: leave RUN_DIR out, or give "
+        "a run directory to resume"]
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "runs").exists()
+
+
 def test_the_script_stops_at_once_when_its_python_lacks_slaq(tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
     script.write_text(render_sbatch(settings_from_mapping({"python": sys.executable + "-missing"}),
