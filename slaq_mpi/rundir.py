@@ -239,12 +239,17 @@ def move_aside(run_dir: str | Path) -> Path | None:
     taken) so a fresh run never mixes with or overwrites an earlier one; returns the new name,
     or None if there was nothing to move.
 
+    A ``run_dir`` that is a link (say to a scratch filesystem) stays one: the directory it
+    points to is moved aside there, and an empty one made in its place, so the run stays on
+    that filesystem and under the lock taken through the link (:func:`lock_path`).
+
     Raises:
         ConfigError: ``run_dir`` exists and is not a directory.
     """
-    run_dir = Path(run_dir)
+    link = Path(run_dir)
+    run_dir = link.resolve()
     if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError("run directory", str(run_dir), "is a file; give a directory")
+        raise ConfigError("run directory", str(link), "is a file; give a directory")
     if not run_dir.exists() or not any(run_dir.iterdir()):
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -252,4 +257,6 @@ def move_aside(run_dir: str | Path) -> Path | None:
     while aside.exists():
         aside, n = run_dir.with_name(f"{run_dir.name}.{stamp}-{n}"), n + 1
     run_dir.rename(aside)
+    if link.is_symlink():
+        run_dir.mkdir()
     return aside

@@ -169,6 +169,26 @@ def test_move_aside_never_overwrites(tmp_path: Path) -> None:
         rundir.move_aside(tmp_path / "file")
 
 
+def test_a_run_dir_that_is_a_link_stays_one_and_stays_locked(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch" / "exp"
+    scratch.mkdir(parents=True)
+    (scratch / "metrics.h5").write_text("earlier run")
+    (tmp_path / "runs").mkdir()
+    link = tmp_path / "runs" / "exp"
+    link.symlink_to(scratch)
+    rundir.hold(link)
+    try:
+        aside = rundir.move_aside(link)
+        assert aside is not None and aside.parent == scratch.parent  # moved on scratch
+        assert (aside / "metrics.h5").read_text() == "earlier run"
+        assert link.is_symlink() and link.resolve() == scratch and scratch.is_dir()
+        assert not any(scratch.iterdir())
+        assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["exp"]
+        assert rundir.holder_of(link) is not None  # the lock taken through the link still holds
+    finally:
+        rundir._held.pop().close()
+
+
 def test_the_start_is_when_slaq_run_launched_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     from slaq_mpi.launch import start_time
 
