@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -103,6 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, DataError) as exc:
         if _launch_rank() in (None, "0"):  # under srun/mpiexec, say it once
             print(f"slaq: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # a path given too long for the filesystem, wherever it is first used
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        if _launch_rank() in (None, "0"):
+            print(f"slaq: error: {exc.filename!r} is not allowed; the path is too long (a name may "
+                  "have at most 255 bytes, a whole path 4096)", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

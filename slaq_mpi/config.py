@@ -154,6 +154,9 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{where} YAML syntax", NO_VALUE,
                           f"{problem}; the file must be valid YAML") from None
+    except RecursionError:
+        raise ConfigError("config file", str(p), "its YAML is nested too deeply (an experiment "
+                          "file needs a handful of levels)") from None
     spec = parse(raw, check_files=check_files)
     return ExperimentSpec(**{**spec.__dict__, "source": text, "path": p})
 
@@ -210,7 +213,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     top = _mapping(raw, "config", _TOP_KEYS)
     name = _name(_req(top, "name", "config"), "name")
     seed = _int(top.get("seed", 0), "seed", lo=0, hi=EXPERIMENT_SEED_MAX)
-    ranks = _int(top.get("ranks", 8), "ranks", lo=2)
+    ranks = _int(top.get("ranks", 8), "ranks", lo=2, hi=MAX_RANKS)
     policy, policy_params = _policy(top.get("policy", "slaq"))
     jobs_raw = _req(top, "jobs", "config")
     if not isinstance(jobs_raw, list) or not jobs_raw:
@@ -243,8 +246,8 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
 def _output_dir(val: Any, check_files: bool) -> Path:
     """The run directory: a directory of its own that can be created (checked on disk when
     ``check_files``)."""
-    if not isinstance(val, str) or not val.strip():
-        raise ConfigError("output_dir", val, "must be a non-empty path string")
+    if not isinstance(val, str) or not val.strip() or "\0" in val:
+        raise ConfigError("output_dir", val, "must be a non-empty path string (no NUL byte)")
     path = Path(val).expanduser()
     if check_files:
         from slaq_mpi.rundir import check_own_dir
@@ -341,7 +344,7 @@ def _solver_class(algorithm: Any, where: str) -> Any:
     except KeyError:
         allowed = ", ".join(sorted(ALGORITHMS))
         raise ConfigError(where, algorithm, f"allowed: {allowed}, or path/to/file.py:ClassName") from None
-    except Exception as exc:  # noqa: BLE001 - a user's solver file may raise anything on import
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user's solver file may raise anything on import
         raise ConfigError(where, algorithm, f"the solver file or class does not load "
                           f"({exc.__class__.__name__}: {exc})") from None
 
@@ -560,6 +563,9 @@ def _name(val: Any, where: str) -> str:
     if not isinstance(val, str) or not _NAME.fullmatch(val):
         raise ConfigError(where, val, "must be 1-64 characters of letters, digits, '_', '.', '-'")
     return val
+
+
+MAX_RANKS = 2**24  # ranks (and simulated cores): 16,777,216, beyond the largest machines
 
 
 def _int(val: Any, where: str, lo: int, hi: int | None = None) -> int:

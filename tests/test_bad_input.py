@@ -51,7 +51,11 @@ CASES = {
     "negative rows": (_with(["jobs", 0, "dataset", "rows"], -5), ["jobs[0].dataset.rows", "-5", ">= 1"]),
     "zero max_iterations": (_with(["jobs", 1, "stop"], {"max_iterations": 0}),
                             ["jobs[1].stop.max_iterations", "0", ">= 1"]),
-    "one rank": (_with(["ranks"], 1), ["ranks", "1", ">= 2"]),
+    "one rank": (_with(["ranks"], 1), ["ranks", "1", "[2, 16777216]"]),
+    "ranks beyond any machine": (_with(["ranks"], 2**70), ["ranks", str(2**70), "[2, 16777216]"]),
+    "output_dir with a NUL byte": (_with(["output_dir"], "a\0b"), ["output_dir", "no NUL byte"]),
+    "output_dir name too long": (_with(["output_dir"], "x" * 300),
+                                 ["x" * 300, "the path is too long", "255 bytes"]),
     "duplicate names": (_with(["jobs", 1, "name"], "a"), ["jobs[1].name", "'a'", "unique"]),
     "path and generator": (_with(["jobs", 0, "dataset", "path"], "x.h5"),
                            ["jobs[0].dataset", "either path", "or generator", "not both"]),
@@ -165,6 +169,22 @@ def test_malformed_yaml(tmp_path: Path) -> None:
     assert proc.returncode == 2
     line = _one_error_line(proc.stderr)
     assert "c.yaml:" in line and "YAML" in line
+
+
+def test_yaml_nested_too_deeply_and_solvers_that_exit_are_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("seed: " + "[" * 5000 + "]" * 5000 + "\n")
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "nested too deeply" in _one_error_line(proc.stderr)
+    (tmp_path / "quits.py").write_text("import sys\nsys.exit(3)\n")
+    cfg.write_text(yaml.safe_dump(_with(["jobs", 0, "algorithm"], "quits.py:Solver")))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "jobs[0].algorithm" in _one_error_line(proc.stderr) and "SystemExit: 3" in proc.stderr
+    proc = run_slaq(["validate", "y" * 300 + ".yaml"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "the path is too long" in _one_error_line(proc.stderr)
 
 
 def test_validate_counts_jobs_in_words(tmp_path: Path) -> None:

@@ -265,6 +265,9 @@ def test_a_job_that_would_run_for_years_is_refused_unless_the_run_is_bounded() -
     ({"cores_per_node": 32}, "simulation.nodes", "required with simulation.cores_per_node"),
     ({"capacity": 64, "nodes": 2, "cores_per_node": 32}, "simulation.nodes", "not both"),
     ({"capacity": 64, "cores_per_node": 32}, "simulation.cores_per_node", "not both"),
+    ({"capacity": 2**40}, "simulation.capacity", "[1, 16777216]"),
+    ({"nodes": 2**14, "cores_per_node": 2**12}, "simulation.nodes", "at most 16777216 cores"),
+    ({"workload": {"jobs": 2**70, "mean_gap": 1.0}}, "simulation.workload.jobs", "[1, 1000000]"),
 ])
 def test_capacity_comes_from_capacity_or_nodes_times_cores(simulation: dict[str, Any], where: str,
                                                           needle: str) -> None:

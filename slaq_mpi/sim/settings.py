@@ -115,9 +115,14 @@ def _jitter(val: Any, where: str) -> float:
     return float(val)
 
 
-def _integer(val: Any, where: str, lo: int) -> int:
-    if isinstance(val, bool) or not isinstance(val, int) or val < lo:
-        raise ConfigError(where, val, f"must be an integer >= {lo}")
+MAX_CORES = 2**24  # simulated cores (as config.MAX_RANKS): an array entry each
+MAX_JOBS = 10**6  # jobs a workload may draw
+
+
+def _integer(val: Any, where: str, lo: int, hi: int | None = None) -> int:
+    if isinstance(val, bool) or not isinstance(val, int) or val < lo or (hi is not None and val > hi):
+        raise ConfigError(where, val, f"must be an integer >= {lo}" if hi is None
+                          else f"must be an integer in [{lo}, {hi}]")
     return int(val)
 
 
@@ -144,14 +149,17 @@ def parse_settings(spec: Any) -> SimSettings:
         raise ConfigError(f"{w}.{node_keys[0]}", raw[node_keys[0]], "give either capacity or "
                           "nodes with cores_per_node (capacity = nodes * cores_per_node), not both")
     if "capacity" in raw:
-        capacity = _integer(raw["capacity"], f"{w}.capacity", 1)
+        capacity = _integer(raw["capacity"], f"{w}.capacity", 1, MAX_CORES)
     elif node_keys:
         for key, other in (("nodes", "cores_per_node"), ("cores_per_node", "nodes")):
             if key not in raw:
                 raise ConfigError(f"{w}.{key}", None, f"this key is required with {w}.{other} "
                                   "(capacity = nodes * cores_per_node); or give capacity")
-        capacity = _integer(raw["nodes"], f"{w}.nodes", 1) * _integer(
-            raw["cores_per_node"], f"{w}.cores_per_node", 1)
+        capacity = _integer(raw["nodes"], f"{w}.nodes", 1, MAX_CORES) * _integer(
+            raw["cores_per_node"], f"{w}.cores_per_node", 1, MAX_CORES)
+        if capacity > MAX_CORES:
+            raise ConfigError(f"{w}.nodes", raw["nodes"], f"nodes * cores_per_node = {capacity}; "
+                              f"at most {MAX_CORES} cores are simulated")
     else:
         capacity = max(1, int(spec.ranks) - 1)
     pols = raw.get("policies", [spec.policy])
@@ -258,7 +266,7 @@ def _workload(raw: Any, spec: Any) -> WorkloadSettings:
     if weights and sum(weights.values()) <= 0:
         raise ConfigError(f"{w}.mix", dict(mix), "at least one template weight must be > 0")
     return WorkloadSettings(
-        jobs=_integer(wl["jobs"], f"{w}.jobs", 1),
+        jobs=_integer(wl["jobs"], f"{w}.jobs", 1, MAX_JOBS),
         mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0),
         start=_num(wl.get("start", 0.0), f"{w}.start", 0.0),
         mix=weights,
