@@ -233,6 +233,46 @@ def test_sim_check_reads_the_run_config_as_slaq_run_did(tmp_path: Path) -> None:
     assert cmp.mean_share_difference == 0.0
 
 
+@pytest.mark.parametrize(("damage", "needle"), [
+    ("arrival", "job lr's arrival is nan"),
+    ("epoch_seconds", "epoch_seconds is nan"),
+    ("loss_2d", "job lr's series are loss (2,"),
+    ("short_loss", "job lr's series are loss (3,)"),
+    ("unknown_name", "/epochs names job zz"),
+])
+def test_a_damaged_metrics_file_is_refused_in_one_line(config_file: Path, tmp_path: Path,
+                                                       damage: str, needle: str) -> None:
+    from tests.conftest import run_slaq
+
+    args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
+    assert args.func(args) == 0
+    run = tmp_path / "o" / "fair"
+    as_real_run(run)
+    with h5py.File(run / "metrics.h5", "r+") as f:
+        job = f["jobs/lr"]
+        if damage == "arrival":
+            job.attrs["arrival"] = np.nan
+        elif damage == "epoch_seconds":
+            f.attrs["epoch_seconds"] = np.nan
+        elif damage == "loss_2d":
+            loss = job["loss"][()]
+            del job["loss"]
+            job["loss"] = np.stack([loss, loss])
+        elif damage == "short_loss":
+            loss = job["loss"][:3]
+            del job["loss"]
+            job["loss"] = loss
+        else:
+            names = f["epochs/job_names"][()]
+            del f["epochs/job_names"]
+            f["epochs/job_names"] = np.array([b"zz", *names[1:]])
+    for cmd in (["report", "o/fair"], ["sim-check", "o/fair"]):
+        proc = run_slaq(cmd, cwd=tmp_path, timeout=60)  # a NaN arrival made sim-check spin forever
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "damaged metrics file" in lines[0] and needle in lines[0], lines
+
+
 def test_sim_check_refuses_a_simulated_run(config_file: Path, tmp_path: Path) -> None:
     from tests.conftest import run_slaq
 

@@ -174,7 +174,7 @@ def _read(f: h5py.File, p: Path) -> RunData:
         etime, names = np.zeros(0), list(jobs)
         alloc = np.zeros((0, len(names)), dtype=np.int32)
         dec, pause, moved = np.zeros(0), np.zeros(0), None
-    return RunData(
+    run = RunData(
         name=_text(a.get("name", p.parent.name)), policy=_text(a.get("policy", "?")),
         seed=int(a.get("seed", 0)), capacity=int(a.get("capacity", 0)),
         epoch_seconds=float(a.get("epoch_seconds", 1.0)), mode=_text(a.get("mode", "run")),
@@ -182,3 +182,28 @@ def _read(f: h5py.File, p: Path) -> RunData:
         alloc=alloc, decision_ms=dec, pause_ms=pause, moved=moved,
         stopped=float(a.get("stopped", math.nan)),
     )
+    _check(run, p)
+    return run
+
+
+def _check(run: RunData, p: Path) -> None:
+    """Refuse what no run writes (a damaged or hand-edited file), which would otherwise fail
+    deep in a report, or never end (a simulation from a NaN arrival)."""
+    def bad(what: str) -> DataError:
+        return DataError(f"{p}: damaged metrics file ({what})")
+
+    if not (math.isfinite(run.epoch_seconds) and run.epoch_seconds > 0):
+        raise bad(f"epoch_seconds is {run.epoch_seconds}; a run's is a number > 0")
+    for name, job in run.jobs.items():
+        if not (math.isfinite(job.arrival) and job.arrival >= 0):
+            raise bad(f"job {name}'s arrival is {job.arrival}; a finite time >= 0")
+        series = {"loss": job.loss, "time": job.time, "cores": job.cores,
+                  "iter_seconds": job.iter_seconds}
+        if any(v.ndim != 1 for v in series.values()) or len({v.size for v in series.values()}) > 1:
+            shapes = ", ".join(f"{k} {v.shape}" for k, v in series.items())
+            raise bad(f"job {name}'s series are {shapes}; one value per iteration each")
+    unknown = [n for n in run.job_names if n not in run.jobs]
+    if unknown:
+        raise bad(f"/epochs names job {unknown[0]}, which /jobs does not hold")
+    if not np.all(np.isfinite(run.epoch_time)):
+        raise bad("/epochs/time holds a value that is not finite")
