@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -358,3 +359,21 @@ def test_live_epoch_model_waits_for_the_slowest_job() -> None:
     assert fluid.epoch_time.tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
     with pytest.raises(ValueError, match="epoch_model"):
         simulate([slow], One(), capacity=1, epoch_seconds=1.0, epoch_model="bogus")
+
+
+def test_a_data_file_unread_here_is_simulated_at_a_stand_in_size_with_a_note(tmp_path: Path) -> None:
+    from slaq_mpi.sim import prepare
+    from slaq_mpi.sim.workload import UNREAD_CELLS
+
+    raw = {"name": "m", "ranks": 3, "epoch_seconds": 1.0, "jobs": [
+        {"name": "far", "algorithm": "logreg", "dataset": {"path": str(tmp_path / "on-the-cluster.h5")}},
+        {"name": "here", "algorithm": "logreg",
+         "dataset": {"generator": "classification", "rows": 500, "features": 4}}],
+        "simulation": {"curves": "analytic", "scaling": {"default": {"cost": 1e-6}}}}
+    notes: list[str] = []
+    _, jobs = prepare(config.parse(raw, check_files=False), notes=notes)
+    work = {j.name: j.scaling.work for j in jobs}
+    assert work["far"] == pytest.approx(1e-6 * UNREAD_CELLS)
+    assert work["here"] == pytest.approx(1e-6 * 500 * 4)
+    assert notes == [f"job far: its data file {tmp_path / 'on-the-cluster.h5'} cannot be read here "
+                     "(no such file); its size is taken as 1e+06 rows*features"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,13 @@ def stop_iteration(curve: np.ndarray, max_iterations: int | None, tolerance: flo
     return max(1, limit)
 
 
-def _cells(template: Any) -> float:
+UNREAD_CELLS = 1e6  # rows*features taken for a data file that cannot be read here
+
+
+def _cells(template: Any, notes: list[str]) -> float:
+    """The template's data size (rows*features): its generator's, or its data file's; a file
+    that cannot be read here (a cluster's data, simulated on a laptop) counts as
+    :data:`UNREAD_CELLS`, with a note."""
     ds = template.dataset
     if ds.generator is not None:
         return float(ds.params.get("rows", 1000)) * float(ds.params.get("features", 100))
@@ -80,8 +87,11 @@ def _cells(template: Any) -> float:
 
         info = inspect(ds.path)
         return float(info.rows) * float(info.features)
-    except Exception:
-        return 1e6
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same stand-in
+        why = "no such file" if not Path(ds.path).is_file() else str(exc)
+        notes.append(f"job {template.name}: its data file {ds.path} cannot be read here ({why}); "
+                     f"its size is taken as {UNREAD_CELLS:g} rows*features")
+        return UNREAD_CELLS
 
 
 def _convergence(algorithm: str) -> str:
@@ -137,6 +147,7 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                  for i, t in enumerate(templates)}
     out: list[SimJob] = []
     conv_cache: dict[str, str] = {}
+    cells_of: dict[str, float] = {}  # per template: its data file is read (or noted) once
     for i, (tpl, arrival, name, jitter) in enumerate(picks):
         rng = np.random.default_rng([spec.seed, 2, i])
         conv = conv_cache.setdefault(tpl.algorithm, _convergence(tpl.algorithm))
@@ -144,7 +155,9 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
         sc = settings.scaling_for(tpl.algorithm)
         cost = sc.cost if sc.cost is not None else library.cost(tpl.algorithm)
         factor = float(rng.lognormal(0.0, jitter)) if jitter > 0 else 1.0
-        cells = _cells(tpl)
+        if tpl.name not in cells_of:
+            cells_of[tpl.name] = _cells(tpl, notes)
+        cells = cells_of[tpl.name]
         work = cost * cells * factor * settings.work_scale
         if not math.isfinite(work):
             raise ConfigError(
