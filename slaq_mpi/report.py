@@ -220,8 +220,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     say = partial(print, file=out)
     runs = load_runs(args.run_dirs)
     chosen = _window(args.window)
-    if args.out:
-        check_plots_dir(Path(args.out))
+    if args.out is not None:
+        check_plots_dir(Path(args.out), args.out)
     alike = same_workload(list(runs.values()))
     if alike:
         l_star = common_l_star(runs.values())
@@ -234,7 +234,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         say(window_line(chosen, bool(args.window)))
     say(format_table(rows, compare=alike))
     if not args.no_plots and alike:
-        _plots(runs, l_star, Path(args.out) if args.out else plots_dir(args.run_dirs), say)
+        _plots(runs, l_star, Path(args.out) if args.out is not None else plots_dir(args.run_dirs), say)
     elif not args.no_plots:
         say("plots skipped: runs of different workloads do not share figures; report each "
               "workload's runs on their own")
@@ -244,11 +244,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_plots_dir(out: Path) -> None:
+PLOT_FILES = ("avg_normalized_loss.png", "time_to_reduction.png", "core_share.png", "fairness.png")
+
+
+def check_plots_dir(out: Path, given: str | None = None) -> None:
     """Refuse a ``--out`` that cannot hold the PNGs (before anything is computed)."""
+    shown = str(out) if given is None else given
+    if not shown.strip():
+        raise ConfigError("--out", shown, "must name a directory (leave --out out to write the PNGs "
+                          "beside the runs)")
     if out.exists() and not out.is_dir():
-        raise ConfigError("--out", str(out), "exists and is not a directory; give a directory for the PNGs")
-    check_writable(out, "--out", out)
+        raise ConfigError("--out", shown, "exists and is not a directory; give a directory for the PNGs")
+    taken = [name for name in PLOT_FILES if (out / name).exists() and not (out / name).is_file()]
+    if taken:
+        raise ConfigError("--out", shown, f"holds {taken[0]}, which is not a file; the report writes "
+                          f"{', '.join(PLOT_FILES)} there")
+    check_writable(out, "--out", shown)
 
 
 def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path,

@@ -193,11 +193,28 @@ def test_pngs_are_valid_with_expected_series(sim_dir: Path, tmp_path: Path) -> N
         "core_share.png": 6,            # high / medium / low per run
         "fairness.png": 6,              # rho and speedup per run, plus two reference lines
     }
+    from slaq_mpi.report import PLOT_FILES
+
+    assert set(PLOT_FILES) == set(by_name)  # what `report --out` checks before it writes
     for path in written:
         assert path.read_bytes()[:8] == PNG_MAGIC
         img = mpimg.imread(path)
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
         assert float(img[..., :3].std()) > 0.01  # not a blank canvas
+
+
+def test_report_out_is_checked_before_anything_is_printed(sim_dir: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from slaq_mpi.errors import ConfigError
+
+    (tmp_path / "figs" / "core_share.png").mkdir(parents=True)
+    for out, needle in (("", "must name a directory"),
+                        (str(tmp_path / "figs"), "holds core_share.png, which is not a file")):
+        args = parse(["report", str(sim_dir / "fair"), "--out", out])
+        with pytest.raises(ConfigError, match=needle):
+            args.func(args)
+        assert capsys.readouterr().out == ""  # no table before the refusal
+    assert [p.name for p in (tmp_path / "figs").iterdir()] == ["core_share.png"]
 
 
 def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path,
