@@ -344,7 +344,11 @@ def _check_log_dirs(settings: SlurmSettings, cwd: Path) -> None:
         value = getattr(settings, key)
         if value is None:
             continue
-        parent = (work / value.replace("%x", settings.job_name).replace("%%", "%")).parent
+        log = work / value.replace("%x", settings.job_name).replace("%%", "%")
+        if "%" not in str(log) and log.is_dir():
+            raise ConfigError(f"slurm.{key}", value, f"{log} is a directory; give the log file's "
+                              "name (e.g. slaq-%x-%j.out: %x the job name, %j its id)")
+        parent = log.parent
         if "%" not in str(parent) and not parent.is_dir():
             raise ConfigError(f"slurm.{key}", value, f"its directory {parent} does not exist; Slurm "
                               "would not create it and the job would leave no log: create it first")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from slaq_mpi.config import MAX_RANKS
 from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = ["LAUNCHERS", "SlurmSettings", "parse_time", "settings_for", "settings_from_mapping"]
@@ -165,9 +166,10 @@ def settings_from_mapping(raw: Mapping[str, Any] | None, *, ranks: int = 8,
     return SlurmSettings(**out)
 
 
-def _int(val: Any, key: str, lo: int) -> int:
-    if isinstance(val, bool) or not isinstance(val, int) or val < lo:
-        raise ConfigError(f"slurm.{key}", val, f"must be an integer >= {lo}")
+def _int(val: Any, key: str, lo: int, hi: int | None = None) -> int:
+    if isinstance(val, bool) or not isinstance(val, int) or val < lo or (hi is not None and val > hi):
+        raise ConfigError(f"slurm.{key}", val, f"must be an integer >= {lo}" if hi is None
+                          else f"must be an integer in [{lo}, {hi}]")
     return int(val)
 
 
@@ -186,7 +188,7 @@ def _path(val: Any, key: str) -> str:
 
 
 def _ntasks(raw: Mapping[str, Any], ranks: int) -> int:
-    given = [(k, _int(raw[k], k, 2)) for k in ("ntasks", "cores") if k in raw]
+    given = [(k, _int(raw[k], k, 2, MAX_RANKS)) for k in ("ntasks", "cores") if k in raw]
     if len(given) == 2 and given[0][1] != given[1][1]:
         raise ConfigError("slurm.cores", given[1][1],
                           f"cores is another name for ntasks ({given[0][1]}); give one of them")
@@ -237,9 +239,10 @@ def _launcher(raw: Mapping[str, Any]) -> dict[str, Any]:
         out["mpiexec"] = _path(raw["mpiexec"], "mpiexec")
     if "launcher_args" in raw:
         args = raw["launcher_args"]
-        if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
+        if not isinstance(args, list) or not all(isinstance(a, str) and a and not _control(a) for a in args):
             raise ConfigError("slurm.launcher_args", args,
-                              f"must be a list of extra arguments for {launcher}, e.g. [--cpu-bind=cores]")
+                              f"must be a list of extra arguments for {launcher}, each on one line, "
+                              "e.g. [--cpu-bind=cores]")
         out["launcher_args"] = tuple(args)
     return out
 
@@ -263,14 +266,21 @@ def _lead(raw: Mapping[str, Any], limit: float, epoch_seconds: float) -> int:
     return lead
 
 
+def _control(text: str) -> bool:
+    """Whether ``text`` holds a newline, NUL or other control character (a tab is fine): each
+    would break the one line of the batch script it is written into."""
+    return any(ord(c) < 32 and c != "\t" or c == "\x7f" for c in text)
+
+
 def _lines(val: Any, key: str) -> tuple[str, ...]:
     if isinstance(val, str):
         val = val.splitlines()
     if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
         raise ConfigError(f"slurm.{key}", val, "must be a list of shell lines, e.g. "
                           "['module load openmpi', 'source ~/venvs/slaq/bin/activate']")
-    if any("\n" in v for v in val):
-        raise ConfigError(f"slurm.{key}", val, "each item must be one line")
+    if any(_control(v) for v in val):
+        raise ConfigError(f"slurm.{key}", val, "each item must be one line of text (no newline or "
+                          "other control character)")
     return tuple(v.rstrip() for v in val if v.strip())
 
 
@@ -280,7 +290,7 @@ def _extra(val: Any) -> tuple[str, ...]:
     out = []
     for i, item in enumerate(val):
         where = f"slurm.extra[{i}]"
-        if not isinstance(item, str) or "\n" in item:
+        if not isinstance(item, str) or _control(item):
             raise ConfigError(where, item, "must be one sbatch option as a string, e.g. '--mem=8G'")
         text = item.strip()
         if text.startswith("#SBATCH"):

@@ -171,6 +171,9 @@ def test_parse_time_rejects(text: str) -> None:
     ({"extra": ["--signal=USR2@60"]}, "slurm.extra[0]"),
     ({"extra": ["--open-mode=truncate"]}, "slurm.extra[0]"),
     ({"extra": ["--mem=1G\n#SBATCH --time=1"]}, "slurm.extra[0]"),
+    ({"launcher_args": ["--a\nrm -rf ~"]}, "slurm.launcher_args"),  # two script lines
+    ({"setup": ["module load a\0b"]}, "slurm.setup"),  # a NUL byte in the script
+    ({"ntasks": 2**70}, "slurm.ntasks"),
 ])
 def test_bad_slurm_section_names_key_and_value(raw: dict[str, Any], where: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -364,7 +367,9 @@ def test_submit_refuses_a_log_directory_that_does_not_exist(
     assert cli.main(["submit", str(cfg)]) == 0
     assert fake.calls and fake.calls[0][0][0] == "sbatch"
     capsys.readouterr()
+    (tmp_path / "logs").mkdir()
     for section, key in (({"output": "logs-%x/%j.out"}, "slurm.output"),  # %x is known: checked
+                         ({"output": "logs"}, "slurm.output"),  # a directory, not a log file
                          ({"chdir": "nowhere"}, "slurm.chdir")):
         fake.calls.clear()
         assert cli.main(["submit", str(_write_config(tmp_path, slurm=section))]) == 2
