@@ -192,7 +192,11 @@ def inspect(path: str | Path) -> DatasetInfo:
                         f"{path}: sparse group 'X' needs data, indices, indptr and a shape "
                         f"attribute; missing {missing or ['shape']}"
                     )
-                rows, feats = (int(v) for v in X.attrs["shape"])
+                shape = np.asarray(X.attrs["shape"])
+                if shape.shape != (2,) or shape.dtype.kind not in "iu" or (shape < 0).any():
+                    raise DataError(f"{path}: sparse group 'X' has shape attribute {shape.tolist()}; "
+                                    "it must be two integers >= 0: (rows, features)")
+                rows, feats = (int(v) for v in shape)
                 if X["indptr"].shape != (rows + 1,):
                     raise DataError(f"{path}: X/indptr has shape {X['indptr'].shape}, want ({rows + 1},)")
                 sparse = True
@@ -281,6 +285,8 @@ def _scan_csr(path: str | Path, X: h5py.Group, info: DatasetInfo, counts: bool) 
         _numeric(path, name, ds)
         if ds.ndim != 1:
             raise DataError(f"{path}: {name} has shape {ds.shape}; it must be 1-D")
+        if name != "X/data" and ds.dtype.kind not in "iu":
+            raise DataError(f"{path}: {name} has dtype {ds.dtype}; it must hold integers (int64)")
     if data.shape != indices.shape:
         raise DataError(f"{path}: X/data has {data.shape[0]} entries and X/indices "
                         f"{indices.shape[0]}; they must match")

@@ -137,6 +137,26 @@ def test_corrupt_csr_structure_names_row(tmp_path: Path) -> None:
         check_file(path, load_solver("lda"))
 
 
+def test_csr_index_arrays_must_be_integers_and_shape_two_sizes(tmp_path: Path) -> None:
+    path = _gen(tmp_path, "documents")
+    with h5py.File(path, "r+") as f:
+        ptr = f["X/indptr"][:]
+        del f["X/indptr"]
+        f["X/indptr"] = ptr + 0.5  # truncated to the right integers: it used to pass
+    with pytest.raises(DataError, match=r"X/indptr has dtype float64; it must hold integers"):
+        check_file(path, load_solver("lda"))
+    with h5py.File(path, "r+") as f:
+        del f["X/indptr"]
+        f["X/indptr"] = ptr
+        rows, features = (int(v) for v in f["X"].attrs["shape"])
+    check_file(path, load_solver("lda"))
+    for shape in ([rows], [rows, features, 1], [-rows, features], ["a", "b"]):
+        with h5py.File(path, "r+") as f:
+            f["X"].attrs["shape"] = shape
+        with pytest.raises(DataError, match=r"shape attribute .* two integers >= 0: \(rows, features\)"):
+            check_file(path, load_solver("lda"))
+
+
 def test_truncated_hdf5_is_refused(tmp_path: Path) -> None:
     path = _dense(tmp_path, np.random.default_rng(1).standard_normal((20000, 8)), np.zeros(20000))
     data = path.read_bytes()
