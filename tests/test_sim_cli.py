@@ -439,3 +439,11 @@ def test_sim_check_refuses_a_threshold_outside_zero_one(capsys: pytest.CaptureFi
         parse(["sim-check", "somewhere", "--threshold", "-1"])
     assert exc.value.code == 2
     assert "fraction in [0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", ["-1", str(10**23), "abc"])
+def test_curves_record_refuses_a_seed_it_cannot_use(seed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse(["curves", "record", "--out", "c.npz", "--seed", seed])
+    assert exc.value.code == 2
+    assert "must be an integer from 0 to 9007199254740992" in capsys.readouterr().err

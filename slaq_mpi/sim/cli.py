@@ -36,6 +36,20 @@ def _positive_int(text: str) -> int:
     return val
 
 
+def _seed(text: str) -> int:
+    """A base seed: SEED*1000+i must stay a 64-bit seed (as the experiment's ``seed``)."""
+    from slaq_mpi.config import EXPERIMENT_SEED_MAX
+
+    try:
+        val = int(text)
+    except ValueError:
+        val = -1
+    if not 0 <= val <= EXPERIMENT_SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; must be an integer from 0 to "
+                                         f"{EXPERIMENT_SEED_MAX}")
+    return val
+
+
 def _fraction(text: str) -> float:
     try:
         val = float(text)
@@ -226,7 +240,7 @@ def add_cli(subparsers: Any) -> None:
                         "those of their algorithms, all others are kept")
     r.add_argument("--algorithm", action="append",
                    help="only these algorithms (repeatable; default: all built-in ones)")
-    r.add_argument("--seed", type=int, default=0,
+    r.add_argument("--seed", type=_seed, default=0,
                    help="base seed: recipe i of an algorithm seeds its synthetic dataset and its "
                         "solver with SEED*1000+i (default: %(default)s)")
     r.set_defaults(func=cmd_curves_record)
