@@ -3,8 +3,14 @@
 Layout: ``RUN_DIR/checkpoints/<job>/<iteration:08d>.h5`` holding one dataset per state array
 under ``/state``, and attributes ``job``, ``iteration``, ``last_loss``, ``checksum`` (SHA-256
 over the arrays' names, dtypes, shapes and bytes). A file is written to a temporary name, fsynced, then
-renamed, so a reader never sees half a checkpoint. The newest ``KEEP`` files are kept; a
-corrupt or truncated newest file is skipped in favour of the previous good one.
+renamed, so a reader never sees half a checkpoint. A corrupt or truncated newest file is
+skipped in favour of the previous good one.
+
+Pruning follows what the run has committed, not what was written last: a job's checkpoint of
+this epoch lands while rank 0 still saves the previous epoch's metrics.h5, so after a crash the
+run resumes from the newest checkpoint at or before the iterations metrics.h5 records. Rank 0
+prunes (:func:`prune`) after each save, keeping the newest ``KEEP`` of those and every newer
+one; a resume deletes the newer ones (:func:`drop_after`), whose iterations run again.
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ def job_dir(run_dir: Path, job: str) -> Path:
 
 def write(run_dir: Path, job: str, iteration: int, last_loss: float,
           state: Mapping[str, np.ndarray]) -> Path:
-    """Write a checkpoint atomically (temp file, fsync, rename) and prune old ones.
+    """Write a checkpoint atomically (temp file, fsync, rename); old ones stay (:func:`prune`).
 
     A failed write (a full disk) leaves no temp file behind, and a successful one removes
     those of earlier writers that died mid-write (one writer per job at a time).
@@ -106,9 +112,33 @@ def write(run_dir: Path, job: str, iteration: int, last_loss: float,
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    for old in sorted(d.glob("*.h5"))[:-KEEP]:
-        old.unlink(missing_ok=True)
     return final
+
+
+def _files(run_dir: Path, job: str) -> list[tuple[int, Path]]:
+    """The job's checkpoint files with the iteration their name gives, oldest first."""
+    out = []
+    for path in job_dir(run_dir, job).glob("*.h5"):
+        if path.stem.isdigit():
+            out.append((int(path.stem), path))
+    return sorted(out)
+
+
+def prune(run_dir: Path, job: str, committed: int) -> None:
+    """Delete the job's checkpoints older than the newest ``KEEP`` at or before iteration
+    ``committed`` (what metrics.h5 records); newer ones stay, for the next save commits them."""
+    upto = [path for it, path in _files(run_dir, job) if it <= committed]
+    for old in upto[:-KEEP]:
+        old.unlink(missing_ok=True)
+
+
+def drop_after(run_dir: Path, job: str, iteration: int) -> int:
+    """Delete the job's checkpoints past ``iteration`` (a resume goes back before them: they
+    would outrank the checkpoints of the iterations run again). Returns how many."""
+    later = [path for it, path in _files(run_dir, job) if it > iteration]
+    for path in later:
+        path.unlink(missing_ok=True)
+    return len(later)
 
 
 def read(path: Path) -> Checkpoint:
@@ -138,7 +168,7 @@ def latest(run_dir: Path, job: str, at_most: int | None = None
     the reason.
     """
     bad: list[tuple[Path, str]] = []
-    for path in sorted(job_dir(run_dir, job).glob("*.h5"), reverse=True):
+    for _it, path in reversed(_files(run_dir, job)):
         try:
             ckpt = read(path)
         except ValueError as exc:

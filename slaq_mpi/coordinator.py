@@ -64,6 +64,7 @@ class Coordinator:
         self._elapsed = elapsed
         self._t0 = time.monotonic() - elapsed
         self._observed = elapsed  # experiment seconds up to which every job's history is known
+        self._pruned: dict[str, int] = {}  # job -> the iterations its checkpoints were pruned to
 
     # --- time and signals -------------------------------------------------------------
 
@@ -310,6 +311,10 @@ class Coordinator:
         tmp = self.run_dir / f".{STATE_FILE}.tmp"
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.run_dir / STATE_FILE)
+        for job in self.record.jobs.values():  # what is saved now needs no older checkpoint
+            if self._pruned.get(job.name, 0) != job.iterations:
+                checkpoint.prune(self.run_dir, job.name, job.iterations)
+                self._pruned[job.name] = job.iterations
 
 
 def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
@@ -354,6 +359,7 @@ def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
         keep = ckpt.iteration if ckpt else 0
         for path, _why in bad:
             path.rename(path.with_name(path.name + ".corrupt"))
+        checkpoint.drop_after(run_dir, job.name, keep)  # written after the last save
         if bad:
             names = ", ".join(f"{p.name} ({why})" for p, why in bad)
             fallback = f"resuming from {ckpt.path.name}" if ckpt else "no good checkpoint: restarting it"

@@ -12,15 +12,57 @@ from slaq_mpi import checkpoint
 from slaq_mpi.metrics import JobRecord, RunRecord
 
 
+def _names(run_dir: Path, job: str = "j") -> list[str]:
+    return sorted(f.name for f in checkpoint.job_dir(run_dir, job).glob("*.h5"))
+
+
 def test_checkpoint_round_trip_and_pruning(tmp_path: Path) -> None:
-    for it in (3, 7, 9):
+    for it in (3, 7, 9, 12):
         checkpoint.write(tmp_path, "j", it, 0.5 * it, {"w": np.arange(4.0) * it})
-    files = sorted(checkpoint.job_dir(tmp_path, "j").glob("*.h5"))
-    assert [f.name for f in files] == ["00000007.h5", "00000009.h5"]
+    assert len(_names(tmp_path)) == 4  # a write prunes nothing
     ckpt, notes = checkpoint.latest(tmp_path, "j")
-    assert ckpt is not None and ckpt.iteration == 9 and notes == []
+    assert ckpt is not None and ckpt.iteration == 12 and notes == []
+    checkpoint.prune(tmp_path, "j", committed=9)  # metrics.h5 records 9 iterations
+    assert _names(tmp_path) == ["00000007.h5", "00000009.h5", "00000012.h5"]  # 12: not yet committed
+    ckpt, _ = checkpoint.latest(tmp_path, "j", at_most=9)
+    assert ckpt is not None and ckpt.iteration == 9
     np.testing.assert_array_equal(ckpt.state["w"], np.arange(4.0) * 9)
     assert ckpt.last_loss == 4.5
+    checkpoint.write(tmp_path, "j", 123_456_789, 1.0, {"w": np.zeros(4)})  # 9 digits: still newest
+    ckpt, _ = checkpoint.latest(tmp_path, "j")
+    assert ckpt is not None and ckpt.iteration == 123_456_789
+
+
+def test_checkpoints_written_after_the_last_save_never_cost_the_committed_one(tmp_path: Path) -> None:
+    from slaq_mpi.coordinator import STATE_FILE, resume_record
+
+    def save(iterations: int) -> None:  # what rank 0 commits, then prunes to
+        job = JobRecord(name="j", algorithm="logreg", convergence="sublinear", arrival=0.0,
+                        max_cores=2, loss=[1.0] * iterations, time=[0.1] * iterations,
+                        cores=[1] * iterations, iter_seconds=[0.01] * iterations, status="running")
+        RunRecord(attrs={"name": "x", "policy": "fair", "capacity": 2}, jobs={"j": job}).write(
+            tmp_path / "metrics.h5")
+        (tmp_path / STATE_FILE).write_text('{"epoch": 0, "elapsed": 1.0, "finished": false}')
+        checkpoint.prune(tmp_path, "j", iterations)
+
+    for it in (90, 100):
+        checkpoint.write(tmp_path, "j", it, 1.0, {"w": np.full(3, float(it))})
+    save(100)
+    # the job moves twice (it finishes early) while rank 0 has not saved again: a crash now
+    for it in (150, 152):
+        checkpoint.write(tmp_path, "j", it, 1.0, {"w": np.full(3, float(it))})
+    assert _names(tmp_path) == ["00000090.h5", "00000100.h5", "00000150.h5", "00000152.h5"]
+    record, _, _ = resume_record(tmp_path)
+    assert record.jobs["j"].iterations == 100  # from the committed checkpoint, not from 0
+    assert _names(tmp_path) == ["00000090.h5", "00000100.h5"]  # 150 and 152 run again
+    # the resumed job checkpoints on fewer cores, at 130, then moves at 160: crash again
+    checkpoint.write(tmp_path, "j", 130, 1.0, {"w": np.full(3, 130.0)})
+    save(130)
+    checkpoint.write(tmp_path, "j", 160, 1.0, {"w": np.full(3, 160.0)})
+    record, _, _ = resume_record(tmp_path)
+    assert record.jobs["j"].iterations == 130
+    ckpt, _ = checkpoint.latest(tmp_path, "j")
+    assert ckpt is not None and ckpt.iteration == 130 and float(ckpt.state["w"][0]) == 130.0
 
 
 def test_corrupt_newest_checkpoint_falls_back(tmp_path: Path) -> None:
