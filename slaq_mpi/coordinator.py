@@ -305,12 +305,22 @@ class Coordinator:
         _say(f"metrics: {self.run_dir / 'metrics.h5'}")
 
     def _save(self, finished: bool) -> None:
+        elapsed = self.now()
         self.record.attrs["stopped"] = self._observed
+        # where a resume starts, in the same atomic write as the history it continues
+        self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
         self.record.write(self.run_dir / "metrics.h5")
-        state = {"epoch": self.epoch, "elapsed": self.now(), "finished": finished}
         tmp = self.run_dir / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps(state))
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished}))
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, self.run_dir / STATE_FILE)
+        dfd = os.open(self.run_dir, os.O_RDONLY)  # both renames survive a crash of the node
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
         for job in self.record.jobs.values():  # what is saved now needs no older checkpoint
             if self._pruned.get(job.name, 0) != job.iterations:
                 checkpoint.prune(self.run_dir, job.name, job.iterations)
@@ -348,7 +358,10 @@ def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
     next epoch number and the experiment time reached.
     """
     record = RunRecord.read(run_dir / "metrics.h5")
-    state = json.loads((run_dir / STATE_FILE).read_text())
+    if "epoch" in record.attrs and "elapsed" in record.attrs:  # saved with the history
+        state = {"epoch": record.attrs["epoch"], "elapsed": record.attrs["elapsed"]}
+    else:  # a run saved by an earlier slaq-mpi
+        state = json.loads((run_dir / STATE_FILE).read_text())
     for job in record.jobs.values():
         if job.status in ("done", "failed"):
             continue

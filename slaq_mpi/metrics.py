@@ -85,8 +85,17 @@ class RunRecord:
             del seq[epochs:]
 
     def write(self, path: Path) -> None:
-        """Write ``metrics.h5`` atomically (temp file, fsync, rename)."""
+        """Write ``metrics.h5`` atomically (temp file, fsync, rename); a failed write (a full
+        disk) leaves no temp file behind."""
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        try:
+            self._write(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def _write(self, tmp: Path) -> None:
         with h5py.File(tmp, "w") as f:
             for key, val in self.attrs.items():
                 f.attrs[key] = val
@@ -113,7 +122,6 @@ class RunRecord:
             ep.create_dataset("moved", data=np.asarray(self.moved, dtype="i1"))
             f.flush()
             os.fsync(f.id.get_vfd_handle())
-        os.replace(tmp, path)
 
     @classmethod
     def read(cls, path: Path) -> RunRecord:

@@ -145,3 +145,33 @@ def test_state_arrays_are_copies() -> None:
     out = state_arrays({"w": w, "k": 3}, "mine")
     w[0] = 1.0
     assert out["w"][0] == 0.0 and out["k"].shape == () and int(out["k"]) == 3
+
+
+def test_a_resume_takes_its_epoch_and_clock_from_the_history_they_belong_to(tmp_path: Path) -> None:
+    from slaq_mpi.coordinator import STATE_FILE, resume_record
+
+    rec = RunRecord(attrs={"name": "x", "policy": "fair", "capacity": 2, "epoch": 3, "elapsed": 7.5},
+                    jobs={"a": JobRecord(name="a", algorithm="logreg", convergence="sublinear",
+                                         arrival=0.0, max_cores=2)})
+    for t in (0.0, 2.0, 4.0, 6.0):
+        rec.add_epoch(t, {"a": 2}, 0.1, False)
+    rec.write(tmp_path / "metrics.h5")
+    # killed between the two replaces (state.json one save behind), or a state.json that a
+    # node crash left empty: the record alone decides
+    for text in ('{"epoch": 2, "elapsed": 5.0, "finished": false}', ""):
+        (tmp_path / STATE_FILE).write_text(text)
+        record, epoch, elapsed = resume_record(tmp_path)
+        assert (epoch, elapsed) == (3, 7.5) and len(record.epoch_time) == 3
+
+
+def test_a_failed_metrics_write_leaves_no_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = RunRecord(attrs={"name": "x"}, jobs={"a": JobRecord(
+        name="a", algorithm="logreg", convergence="sublinear", arrival=0.0, max_cores=2)})
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("slaq_mpi.metrics.os.fsync", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        rec.write(tmp_path / "metrics.h5")
+    assert list(tmp_path.iterdir()) == []
