@@ -209,6 +209,8 @@ def generate(spec: DatasetSpec, path: Path, seed: int) -> None:
                 writer.append(Xc, yc)
             writer.close()
             f.attrs["generator"] = json.dumps({"generator": spec.generator, **p, "seed": data_seed})
+            f.flush()
+            os.fsync(f.id.get_vfd_handle())  # a resume after a node crash reuses this file
         os.replace(tmp, path)
     finally:
         if tmp.exists():
