@@ -108,10 +108,29 @@ def sleep_until(deadline: float) -> None:
 class MPIGroup:
     """A job's group of ranks (implements :class:`jobs.base.GroupComm`)."""
 
-    def __init__(self, comm: MPI.Comm) -> None:
+    def __init__(self, comm: MPI.Comm, control: MPI.Comm | None = None) -> None:
         self._comm = comm
+        self._control = control  # slaq's own exchanges (None: on ``comm``)
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
+
+    def control_max(self, values: np.ndarray, deadline: float | None = None) -> np.ndarray | None:
+        """Element-wise max of a few control values over the group, on a communicator of its
+        own, so it can never be matched with a solver's collective (a rank whose solver raised
+        does not meet its peers inside the solver's allreduce). None if ``deadline``
+        (``time.monotonic()``) passes first: some rank of the group is not coming."""
+        send = np.ascontiguousarray(values, dtype=np.float64)
+        out = np.empty_like(send)
+        comm = self._control if self._control is not None else self._comm
+        request = comm.Iallreduce(send, out, op=MPI.MAX)
+        for _ in range(_GROUP_SPINS):
+            if request.Test():
+                return out
+        while not request.Test():
+            if deadline is not None and time.monotonic() > deadline:
+                return None  # the request stays pending: the caller ends the run
+            time.sleep(_GROUP_SLEEP)
+        return out
 
     def allreduce(self, array: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
         """Element-wise reduction over the group; every rank gets the result."""
@@ -134,7 +153,10 @@ class MPIGroup:
         return self._comm.bcast(obj, root=0)
 
     def free(self) -> None:
-        """Release the communicator."""
+        """Release the communicators."""
+        if self._control is not None:
+            self._control.Free()
+            self._control = None
         if self._comm != MPI.COMM_NULL:
             self._comm.Free()
 
@@ -151,7 +173,7 @@ def split(color: int | None, key: int) -> MPIGroup | None:
     """
     _wait(_WORLD.Ibarrier())  # arrive without spinning; the split itself is then quick
     new = _WORLD.Split(MPI.UNDEFINED if color is None else color, key)
-    return None if new == MPI.COMM_NULL else MPIGroup(new)
+    return None if new == MPI.COMM_NULL else MPIGroup(new, new.Dup())
 
 
 def barrier() -> None:

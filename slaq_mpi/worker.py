@@ -20,6 +20,12 @@ from slaq_mpi.datasets import read_shard
 from slaq_mpi.errors import EXIT_ABORTED
 from slaq_mpi.plan import Plan, Report
 
+STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
+
+
+class SolverError(RuntimeError):
+    """A solver raised on some ranks of its job only: the others cannot be reached."""
+
 
 class CheckpointWriteError(RuntimeError):
     """Writing a job's checkpoint failed (in the background writer); ``job`` names the job."""
@@ -206,8 +212,18 @@ class Worker:
                     next_chunk = 1
                 self._cut = self._cut or comm.cut_asked(plan.epoch)
             end_now = self._stop_soon or self._cut
-            flags = self.group.allreduce(
-                np.array([float(bool(error)), float(next_chunk), float(end_now)]), op="max")
+            # after an error here, wait a while only: the other ranks may be inside the
+            # solver's own collective, waiting for this one, and never come
+            patience = max(STUCK_SECONDS, 2 * plan.epoch_seconds)
+            flags = self.group.control_max(
+                np.array([float(bool(error)), float(next_chunk), float(end_now)]),
+                deadline=time.monotonic() + patience if error else None)
+            if flags is None:
+                raise SolverError(
+                    f"job {self.job}: its solver raised on this rank ({error}), and the job's other "
+                    f"ranks did not come within {patience:g} s: they are waiting inside the solver's "
+                    "collective. A solver must raise on every rank of the job or on none "
+                    "(docs/solvers.md); the run stops, resume it once the solver is fixed")
             if flags[0] and status != "failed":
                 status, reason = "failed", "solver raised on another rank of the group (see the log)"
             if status != "running" or flags[1] < 1 or flags[2]:

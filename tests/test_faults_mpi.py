@@ -234,6 +234,21 @@ def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> 
     assert "job raises failed" in res.stdout and "job nan failed" in res.stdout
 
 
+def test_a_solver_raising_on_one_rank_of_its_job_ends_the_run_instead_of_hanging(tmp_path: Path) -> None:
+    faulty = ROOT / "tests" / "solvers" / "faulty.py"
+    cfg = _config(tmp_path, ranks=3, epoch_seconds=0.5, jobs=[
+        {"name": "split", "algorithm": f"{faulty}:RaisesOnOneRank", "hyperparameters": {"at": 30},
+         "arrival": 0, "stop": {"max_iterations": 100000},
+         "dataset": {"generator": "classification", "rows": 20000, "features": 10}}])
+    started = time.monotonic()
+    res = run_slaq(["run", str(cfg)], cwd=tmp_path, timeout=240)  # it used to hang for good
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert time.monotonic() - started < 200
+    assert "job split: its solver raised on this rank (solver raised ValueError: injected failure at " \
+           "iteration 30 on one rank), and the job's other ranks did not come within 30 s" in res.stderr, \
+        res.stderr[-3000:]
+
+
 def test_worker_error_outside_the_solver_ends_the_run_promptly(tmp_path: Path) -> None:
     from slaq_mpi.datasets import DatasetSpec
     from slaq_mpi.generators import generate

@@ -40,3 +40,14 @@ class NanAt(RaisesAt):
         self.k += 1
         loss = LogisticRegression.step(self)
         return float("nan") if self.k >= int(self.params["at"]) else loss
+
+
+class RaisesOnOneRank(RaisesAt):
+    """Logistic regression that raises at iteration ``at`` on the group's rank 0 only: the
+    other ranks wait for it inside the gradient's allreduce."""
+
+    def step(self) -> float:
+        self.k += 1
+        if self.k == int(self.params["at"]) and self.comm.rank == 0:
+            raise ValueError(f"injected failure at iteration {self.k} on one rank")
+        return LogisticRegression.step(self)
