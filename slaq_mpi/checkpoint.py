@@ -24,6 +24,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from slaq_mpi.durable import replacing
+
 KEEP = 2
 
 
@@ -87,31 +89,16 @@ def write(run_dir: Path, job: str, iteration: int, last_loss: float,
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"{iteration:08d}.h5"
     tmp = d / f".{iteration:08d}.h5.tmp{os.getpid()}"
-    try:
-        with h5py.File(tmp, "w") as f:
-            g = f.create_group("state")
-            for name, arr in state.items():
-                g.create_dataset(name, data=np.asarray(arr))
-            f.attrs["job"] = job
-            f.attrs["iteration"] = iteration
-            f.attrs["last_loss"] = last_loss
-            f.attrs["checksum"] = _checksum(state)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replacing(final, tmp), h5py.File(tmp, "w") as f:
+        g = f.create_group("state")
+        for name, arr in state.items():
+            g.create_dataset(name, data=np.asarray(arr))
+        f.attrs["job"] = job
+        f.attrs["iteration"] = iteration
+        f.attrs["last_loss"] = last_loss
+        f.attrs["checksum"] = _checksum(state)
     for stale in d.glob(".*.h5.tmp*"):
         stale.unlink(missing_ok=True)
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
     return final
 
 

@@ -22,6 +22,7 @@ from slaq_mpi import _early_signals, checkpoint, comm
 from slaq_mpi._text import count
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.datasets import fingerprint
+from slaq_mpi.durable import replacing
 from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
 from slaq_mpi.generators import materialize
 from slaq_mpi.metrics import JobRecord, RunRecord
@@ -310,17 +311,8 @@ class Coordinator:
         # where a resume starts, in the same atomic write as the history it continues
         self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
         self.record.write(self.run_dir / "metrics.h5")
-        tmp = self.run_dir / f".{STATE_FILE}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished}))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.run_dir / STATE_FILE)
-        dfd = os.open(self.run_dir, os.O_RDONLY)  # both renames survive a crash of the node
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        with replacing(self.run_dir / STATE_FILE, self.run_dir / f".{STATE_FILE}.tmp") as tmp:
+            tmp.write_text(json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished}))
         for job in self.record.jobs.values():  # what is saved now needs no older checkpoint
             if self._pruned.get(job.name, 0) != job.iterations:
                 checkpoint.prune(self.run_dir, job.name, job.iterations)

@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from slaq_mpi.datasets import CHUNK_ROWS, LABEL_RULES, DatasetSpec, RowWriter
+from slaq_mpi.durable import replacing
 from slaq_mpi.errors import ConfigError, DataError
 from slaq_mpi.outpaths import nearest_existing
 
@@ -200,21 +201,15 @@ def generate(spec: DatasetSpec, path: Path, seed: int) -> None:
     chunk = factory(np.random.default_rng([data_seed, 0]), p)
     step = _chunk_rows(spec.generator, p)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            writer = RowWriter(f, rows, feats)
-            for i, lo in enumerate(range(0, rows, step)):
-                Xc, yc = chunk(np.random.default_rng([data_seed, i + 1]), min(step, rows - lo))
-                writer.append(Xc, yc)
-            writer.close()
-            f.attrs["generator"] = json.dumps({"generator": spec.generator, **p, "seed": data_seed})
-            f.flush()
-            os.fsync(f.id.get_vfd_handle())  # a resume after a node crash reuses this file
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    # durable: a resume after a node crash reuses this file
+    with replacing(path, path.with_name(path.name + f".tmp{os.getpid()}")) as tmp, \
+            h5py.File(tmp, "w") as f:
+        writer = RowWriter(f, rows, feats)
+        for i, lo in enumerate(range(0, rows, step)):
+            Xc, yc = chunk(np.random.default_rng([data_seed, i + 1]), min(step, rows - lo))
+            writer.append(Xc, yc)
+        writer.close()
+        f.attrs["generator"] = json.dumps({"generator": spec.generator, **p, "seed": data_seed})
 
 
 def generated_bytes(spec: DatasetSpec) -> float:

@@ -15,6 +15,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from slaq_mpi.durable import replacing
+
 STATUSES = ("waiting", "running", "done", "failed")
 
 
@@ -87,13 +89,8 @@ class RunRecord:
     def write(self, path: Path) -> None:
         """Write ``metrics.h5`` atomically (temp file, fsync, rename); a failed write (a full
         disk) leaves no temp file behind."""
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
+        with replacing(path, path.with_name(f".{path.name}.tmp{os.getpid()}")) as tmp:
             self._write(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
     def _write(self, tmp: Path) -> None:
         with h5py.File(tmp, "w") as f:
@@ -120,8 +117,6 @@ class RunRecord:
             ep.create_dataset("pause_ms", data=np.asarray(self.pause_ms, dtype="f8"))
             ep.create_dataset("gap_ms", data=np.asarray(self.gap_ms, dtype="f8"))
             ep.create_dataset("moved", data=np.asarray(self.moved, dtype="i1"))
-            f.flush()
-            os.fsync(f.id.get_vfd_handle())
 
     @classmethod
     def read(cls, path: Path) -> RunRecord:
