@@ -119,13 +119,12 @@ def prune(run_dir: Path, job: str, committed: int) -> None:
         old.unlink(missing_ok=True)
 
 
-def drop_after(run_dir: Path, job: str, iteration: int) -> int:
+def drop_after(run_dir: Path, job: str, iteration: int) -> None:
     """Delete the job's checkpoints past ``iteration`` (a resume goes back before them: they
-    would outrank the checkpoints of the iterations run again). Returns how many."""
-    later = [path for it, path in _files(run_dir, job) if it > iteration]
-    for path in later:
-        path.unlink(missing_ok=True)
-    return len(later)
+    would outrank the checkpoints of the iterations run again)."""
+    for it, path in _files(run_dir, job):
+        if it > iteration:
+            path.unlink(missing_ok=True)
 
 
 def read(path: Path) -> Checkpoint:

@@ -66,13 +66,17 @@ def _wait(request: MPI.Request) -> Any:
         delay = min(delay * 1.5, _SLEEP_MAX)
 
 
-def _wait_collective(request: MPI.Request) -> None:
-    """Complete a job's collective: a few quick tests, then tests with short sleeps."""
+def _wait_collective(request: MPI.Request, deadline: float | None = None) -> bool:
+    """Complete a job's collective: a few quick tests, then tests with short sleeps. False if
+    ``deadline`` (``time.monotonic()``) passes first (the request is left pending)."""
     for _ in range(_GROUP_SPINS):
         if request.Test():
-            return
+            return True
     while not request.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
         time.sleep(_GROUP_SLEEP)
+    return True
 
 
 def usable_cpus() -> int:
@@ -122,15 +126,8 @@ class MPIGroup:
         send = np.ascontiguousarray(values, dtype=np.float64)
         out = np.empty_like(send)
         comm = self._control if self._control is not None else self._comm
-        request = comm.Iallreduce(send, out, op=MPI.MAX)
-        for _ in range(_GROUP_SPINS):
-            if request.Test():
-                return out
-        while not request.Test():
-            if deadline is not None and time.monotonic() > deadline:
-                return None  # the request stays pending: the caller ends the run
-            time.sleep(_GROUP_SLEEP)
-        return out
+        done = _wait_collective(comm.Iallreduce(send, out, op=MPI.MAX), deadline)
+        return out if done else None  # not done: the request stays pending, the caller ends the run
 
     def allreduce(self, array: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
         """Element-wise reduction over the group; every rank gets the result."""

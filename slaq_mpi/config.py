@@ -212,8 +212,8 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     """Validate an already-parsed YAML document (``check_files`` as for :func:`load`)."""
     top = _mapping(raw, "config", _TOP_KEYS)
     name = _name(_req(top, "name", "config"), "name")
-    seed = _int(top.get("seed", 0), "seed", lo=0, hi=EXPERIMENT_SEED_MAX)
-    ranks = _int(top.get("ranks", 8), "ranks", lo=2, hi=MAX_RANKS)
+    seed = integer(top.get("seed", 0), "seed", lo=0, hi=EXPERIMENT_SEED_MAX)
+    ranks = integer(top.get("ranks", 8), "ranks", lo=2, hi=MAX_RANKS)
     policy, policy_params = _policy(top.get("policy", "slaq"))
     jobs_raw = _req(top, "jobs", "config")
     if not isinstance(jobs_raw, list) or not jobs_raw:
@@ -314,7 +314,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
             rows, features, top, stop.max_iterations, dataset))
     max_cores = job.get("max_cores")
     if max_cores is not None:
-        max_cores = _int(max_cores, f"{where}.max_cores", lo=1)
+        max_cores = integer(max_cores, f"{where}.max_cores", lo=1)
     utility = job.get("utility")
     if utility is not None:
         from slaq_mpi.policies.utility import validate_utility
@@ -328,7 +328,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
         arrival=_float(job.get("arrival", 0.0), f"{where}.arrival", lo=0.0),
         stop=stop,
         max_cores=max_cores,
-        seed=_int(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0, hi=SEED_MAX),
+        seed=integer(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0, hi=SEED_MAX),
         utility=dict(utility) if utility is not None else None,
         memory_problem=memory_problem,
     )
@@ -524,7 +524,7 @@ def _stop(raw: Any, where: str) -> StopRule:
     max_it = stop.get("max_iterations", 200 if "tolerance" not in stop else None)
     tol = stop.get("tolerance")
     if max_it is not None:
-        max_it = _int(max_it, f"{where}.max_iterations", lo=1)
+        max_it = integer(max_it, f"{where}.max_iterations", lo=1)
     if tol is not None:
         tol = _float(tol, f"{where}.tolerance", lo=0.0, open_lo=True)
     return StopRule(max_iterations=max_it, tolerance=tol)
@@ -568,7 +568,9 @@ def _name(val: Any, where: str) -> str:
 MAX_RANKS = 2**24  # ranks (and simulated cores): 16,777,216, beyond the largest machines
 
 
-def _int(val: Any, where: str, lo: int, hi: int | None = None) -> int:
+def integer(val: Any, where: str, lo: int, hi: int | None = None) -> int:
+    """``val`` if it is an integer in ``[lo, hi]`` (``hi`` None: no bound), else a
+    :class:`ConfigError` naming ``where`` and the range."""
     allowed = f"must be an integer >= {lo}" if hi is None else f"must be an integer in [{lo}, {hi}]"
     if isinstance(val, bool) or not isinstance(val, int) or val < lo or (hi is not None and val > hi):
         raise ConfigError(where, val, allowed)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from slaq_mpi.config import MAX_RANKS
+from slaq_mpi.config import MAX_RANKS, integer
 from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = ["LAUNCHERS", "SlurmSettings", "parse_time", "settings_for", "settings_from_mapping"]
@@ -167,10 +167,7 @@ def settings_from_mapping(raw: Mapping[str, Any] | None, *, ranks: int = 8,
 
 
 def _int(val: Any, key: str, lo: int, hi: int | None = None) -> int:
-    if isinstance(val, bool) or not isinstance(val, int) or val < lo or (hi is not None and val > hi):
-        raise ConfigError(f"slurm.{key}", val, f"must be an integer >= {lo}" if hi is None
-                          else f"must be an integer in [{lo}, {hi}]")
-    return int(val)
+    return integer(val, f"slurm.{key}", lo, hi)
 
 
 def _word(val: Any, key: str, lists: bool = False) -> str:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slaq_mpi.config import MAX_RANKS, integer
 from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
@@ -115,15 +116,7 @@ def _jitter(val: Any, where: str) -> float:
     return float(val)
 
 
-MAX_CORES = 2**24  # simulated cores (as config.MAX_RANKS): an array entry each
 MAX_JOBS = 10**6  # jobs a workload may draw
-
-
-def _integer(val: Any, where: str, lo: int, hi: int | None = None) -> int:
-    if isinstance(val, bool) or not isinstance(val, int) or val < lo or (hi is not None and val > hi):
-        raise ConfigError(where, val, f"must be an integer >= {lo}" if hi is None
-                          else f"must be an integer in [{lo}, {hi}]")
-    return int(val)
 
 
 def _keys(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
@@ -149,17 +142,17 @@ def parse_settings(spec: Any) -> SimSettings:
         raise ConfigError(f"{w}.{node_keys[0]}", raw[node_keys[0]], "give either capacity or "
                           "nodes with cores_per_node (capacity = nodes * cores_per_node), not both")
     if "capacity" in raw:
-        capacity = _integer(raw["capacity"], f"{w}.capacity", 1, MAX_CORES)
+        capacity = integer(raw["capacity"], f"{w}.capacity", 1, MAX_RANKS)
     elif node_keys:
         for key, other in (("nodes", "cores_per_node"), ("cores_per_node", "nodes")):
             if key not in raw:
                 raise ConfigError(f"{w}.{key}", None, f"this key is required with {w}.{other} "
                                   "(capacity = nodes * cores_per_node); or give capacity")
-        capacity = _integer(raw["nodes"], f"{w}.nodes", 1, MAX_CORES) * _integer(
-            raw["cores_per_node"], f"{w}.cores_per_node", 1, MAX_CORES)
-        if capacity > MAX_CORES:
+        capacity = integer(raw["nodes"], f"{w}.nodes", 1, MAX_RANKS) * integer(
+            raw["cores_per_node"], f"{w}.cores_per_node", 1, MAX_RANKS)
+        if capacity > MAX_RANKS:
             raise ConfigError(f"{w}.nodes", raw["nodes"], f"nodes * cores_per_node = {capacity}; "
-                              f"at most {MAX_CORES} cores are simulated")
+                              f"at most {MAX_RANKS} cores are simulated")
     else:
         capacity = max(1, int(spec.ranks) - 1)
     pols = raw.get("policies", [spec.policy])
@@ -227,9 +220,9 @@ def parse_settings(spec: Any) -> SimSettings:
         scaling=scaling,
         time_noise=_num(raw.get("time_noise", 0.0), f"{w}.time_noise", 0.0),
         reconfigure_seconds=_num(raw.get("reconfigure_seconds", 0.0), f"{w}.reconfigure_seconds", 0.0),
-        max_epochs=None if max_epochs is None else _integer(max_epochs, f"{w}.max_epochs", 1),
+        max_epochs=None if max_epochs is None else integer(max_epochs, f"{w}.max_epochs", 1),
         horizon=None if horizon is None else _num(horizon, f"{w}.horizon", 0.0, True),
-        max_iterations=_integer(raw.get("max_iterations", 20000), f"{w}.max_iterations", 1),
+        max_iterations=integer(raw.get("max_iterations", 20000), f"{w}.max_iterations", 1),
         epoch_model=str(epoch_model),
     )
 
@@ -266,7 +259,7 @@ def _workload(raw: Any, spec: Any) -> WorkloadSettings:
     if weights and sum(weights.values()) <= 0:
         raise ConfigError(f"{w}.mix", dict(mix), "at least one template weight must be > 0")
     return WorkloadSettings(
-        jobs=_integer(wl["jobs"], f"{w}.jobs", 1, MAX_JOBS),
+        jobs=integer(wl["jobs"], f"{w}.jobs", 1, MAX_JOBS),
         mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0),
         start=_num(wl.get("start", 0.0), f"{w}.start", 0.0),
         mix=weights,
