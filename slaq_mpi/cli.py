@@ -27,13 +27,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi.launch import check_local_ranks
     from slaq_mpi.policies import LIVE_POLICY_NAMES
     from slaq_mpi.rundir import check_fresh, holder_of
-    from slaq_mpi.sim.settings import parse_settings
-    from slaq_mpi.slurm_settings import settings_for
 
     spec = config.load(args.config)
     check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
-    settings_for(spec)  # the slurm: section
-    parse_settings(spec)  # the simulation: section
+    config.check_sections(spec)
     print(
         f"{args.config}: ok: experiment {spec.name!r}, {count(len(spec.jobs), 'job')}, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"

@@ -208,6 +208,23 @@ def require_live(spec: ExperimentSpec) -> None:
                           f"future loss curve); a live run allows: {', '.join(LIVE_POLICY_NAMES)}")
 
 
+def check_sections(spec: ExperimentSpec) -> None:
+    """Validate the ``slurm:`` and ``simulation:`` sections of ``spec``.
+
+    Every command that starts something from a config (``validate``, ``run``, ``submit``,
+    ``simulate``) checks both, so a typo in either is refused whichever command meets it first.
+    A resumed run is not checked again: its config was accepted when it started.
+
+    Raises:
+        ConfigError: naming the ``slurm.*`` or ``simulation.*`` key, the value and what is allowed.
+    """
+    from slaq_mpi.sim.settings import parse_settings
+    from slaq_mpi.slurm_settings import settings_for
+
+    settings_for(spec)
+    parse_settings(spec)
+
+
 def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     """Validate an already-parsed YAML document (``check_files`` as for :func:`load`)."""
     top = _mapping(raw, "config", _TOP_KEYS)

@@ -86,6 +86,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         raise ConfigError("config", None, "give an experiment YAML, or --resume RUN_DIR")
     spec = config.load(args.config)
     config.require_live(spec)
+    config.check_sections(spec)
     config.check_memory(spec)
     return spec, spec.output_dir, False
 

@@ -230,15 +230,17 @@ def test_good_config_validates(tmp_path: Path) -> None:
     assert "ok" in proc.stdout and "2 jobs" in proc.stdout
 
 
+@pytest.mark.parametrize("command", [["validate"], ["run"], ["submit", "--dry-run"], ["simulate"]])
 @pytest.mark.parametrize(("section", "key"), [("simulation", "bogus"), ("slurm", "partitionn")])
-def test_validate_checks_the_simulation_and_slurm_sections(section: str, key: str,
-                                                           tmp_path: Path) -> None:
+def test_every_command_checks_the_simulation_and_slurm_sections(command: list[str], section: str,
+                                                                key: str, tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(_with([section], {key: 1})))
-    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    proc = run_slaq([*command, str(cfg)], cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = _one_error_line(proc.stderr)
     assert f"{section}.{key}" in line or (section in line and key in line), line
+    assert not (tmp_path / "runs").exists()  # refused before anything started
 
 
 def test_validate_notes_a_simulation_only_policy(tmp_path: Path) -> None:

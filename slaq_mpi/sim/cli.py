@@ -94,6 +94,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_policy_name(name, "--policy")
         if name in args.policy[:i]:
             raise ConfigError("--policy", name, "is given twice; give each policy once")
+    config.check_sections(spec)
     library = CurveLibrary.load(parse_settings(spec).curve_file)  # all input checked first
     out = Path(args.out) if args.out else None
     say = _progress(args)
