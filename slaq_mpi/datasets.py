@@ -231,7 +231,10 @@ def check_file(path: str | Path, solver: Any) -> DatasetInfo:
     """
     info = inspect(path)
     if getattr(solver, "needs_labels", False) and not info.has_labels:
-        raise DataError(f"{path}: this algorithm needs labels, and the file has no 'y'")
+        own = "" if getattr(solver, "__module__", "").startswith("jobs.") else (
+            " (a solver that trains without labels declares `needs_labels = False`; the default is "
+            "True, docs/solvers.md)")
+        raise DataError(f"{path}: this algorithm needs labels, and the file has no 'y'{own}")
     try:
         with h5py.File(path, "r") as f:
             counts = getattr(solver, "feature_kind", "") == "counts"

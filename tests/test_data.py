@@ -117,8 +117,16 @@ def test_wrong_shapes(tmp_path: Path) -> None:
         check_file(_dense(tmp_path, np.zeros((50, 3)), np.zeros(49)), load_solver("linreg"))
     with pytest.raises(DataError, match=r"X has shape \(50,\); it must be 2-D"):
         check_file(_dense(tmp_path, np.zeros(50), name="one.h5"), load_solver("kmeans"))
-    with pytest.raises(DataError, match=r"needs labels"):
-        check_file(_dense(tmp_path, np.zeros((5, 3)), name="nolab.h5"), load_solver("logreg"))
+    nolab = _dense(tmp_path, np.zeros((5, 3)), name="nolab.h5")
+    with pytest.raises(DataError, match=r"needs labels, and the file has no 'y'$"):
+        check_file(nolab, load_solver("logreg"))
+
+    class Mine(load_solver("kmeans")):  # a user's own solver that left needs_labels at its default
+        needs_labels = True
+
+    with pytest.raises(DataError, match=r"has no 'y' \(a solver that trains without labels declares "
+                                        r"`needs_labels = False`"):
+        check_file(nolab, Mine)
 
 
 def test_corrupt_csr_structure_names_row(tmp_path: Path) -> None:
