@@ -37,13 +37,13 @@ def lock_path(run_dir: str | Path) -> Path:
     return run_dir.parent / f".{run_dir.name}.lock"
 
 
-def _open_locked(run_dir: Path) -> IO[str]:
+def _open_locked(run_dir: Path, key: str) -> IO[str]:
     path = lock_path(run_dir)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(path, "a+")  # noqa: SIM115 - held open for the life of the run
     except OSError as exc:
-        raise ConfigError("run directory", str(run_dir), f"cannot create its lock file {path}: "
+        raise ConfigError(key, str(run_dir), f"cannot create its lock file {path}: "
                           f"{exc.strerror}") from None
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -51,12 +51,12 @@ def _open_locked(run_dir: Path) -> IO[str]:
         fh.seek(0)
         holder = fh.read().strip() or "another process"
         fh.close()
-        raise _busy(run_dir, holder) from None
+        raise _busy(run_dir, holder, key) from None
     return fh
 
 
-def _busy(run_dir: Path, holder: str) -> ConfigError:
-    return ConfigError("run directory", str(run_dir), f"another slaq run is using it ({holder}); "
+def _busy(run_dir: Path, holder: str, key: str = "run directory") -> ConfigError:
+    return ConfigError(key, str(run_dir), f"another slaq run is using it ({holder}); "
                        "wait for it to end, or stop it first")
 
 
@@ -158,8 +158,8 @@ def check_free(run_dir: str | Path) -> None:
         raise _busy(Path(run_dir), holder)
 
 
-def _take(run_dir: str | Path) -> IO[str]:
-    fh = _open_locked(Path(run_dir))
+def _take(run_dir: str | Path, key: str) -> IO[str]:
+    fh = _open_locked(Path(run_dir), key)
     job = os.environ.get("SLURM_JOB_ID")
     fh.seek(0)
     fh.truncate()
@@ -172,7 +172,7 @@ def _take(run_dir: str | Path) -> IO[str]:
 def hold(run_dir: str | Path) -> None:
     """Lock ``run_dir`` for the rest of this process, or raise :class:`ConfigError` if a
     running slaq run holds it."""
-    _held.append(_take(run_dir))
+    _held.append(_take(run_dir, "run directory"))
 
 
 @contextmanager
@@ -187,7 +187,7 @@ def fresh_output(path: str | Path, key: str) -> Iterator[Path | None]:
     """
     check_own_dir(path, key)
     check_fresh(path, key)
-    fh = _take(path)
+    fh = _take(path, key)
     try:
         yield move_aside(path)
     finally:

@@ -416,7 +416,9 @@ def test_simulate_out_is_checked_before_anything_moves(tmp_path: Path) -> None:
     with open(rundir.lock_path(old), "a+") as fh:  # a run or simulation is writing there
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         _refused(run_slaq(["simulate", str(cfg), "--out", "sim"], cwd=tmp_path),
-                 "another slaq run is using it")
+                 "--out", "another slaq run is using it")
+    _refused(run_slaq(["simulate", str(cfg), "--out", "/proc/slaq-sim"], cwd=tmp_path),
+             "--out: '/proc/slaq-sim'", "cannot create its lock file")
     assert (old / "fair" / "metrics.h5").read_text() == "earlier"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
         "bad.yaml", "c.yaml", "sim"]

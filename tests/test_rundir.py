@@ -347,7 +347,7 @@ def test_a_fresh_run_never_moves_a_live_run_or_its_own_inputs(tmp_path: Path) ->
     data = tmp_path / "exp" / "train.h5"
     data.parent.mkdir()
     data.write_text("x")
-    held = rundir._take(live)  # a running slaq run holds runs/med
+    held = rundir._take(live, "output_dir")  # a running slaq run holds runs/med
     try:
         with pytest.raises(ConfigError, match="holds .*med, the directory of a running slaq run"):
             rundir.check_fresh(runs, "output_dir")  # moving runs/ aside would take med along
