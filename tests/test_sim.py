@@ -219,6 +219,38 @@ def test_horizon_cuts_the_last_epoch() -> None:
     assert len(run.jobs["j"].loss) == 20 and run.jobs["j"].time.max() == pytest.approx(5.0)
 
 
+@pytest.mark.parametrize("epoch_model", ["fluid", "live"])
+def test_an_arrival_after_the_horizon_is_never_simulated(epoch_model: str) -> None:
+    from slaq_mpi.policies import get_policy
+
+    early, late = linear_job("a", 0.0, n=4), linear_job("b", 100.0, n=4)  # a ends at 1 s on 4 cores
+    run = simulate([early, late], get_policy("fair"), capacity=4, epoch_seconds=2.0, horizon=50.0,
+                   epoch_model=epoch_model)
+    assert run.stopped == pytest.approx(50.0)
+    assert all(t < 50.0 for t in run.epoch_time)
+    b = run.jobs["b"]
+    assert b.status == "waiting" and len(b.loss) == 0 and b.attained_core_seconds == 0.0
+
+
+@pytest.mark.parametrize("epoch_model", ["fluid", "live"])
+def test_a_job_back_from_a_pause_pays_the_reconfiguration_as_live(epoch_model: str) -> None:
+    class Rotate:
+        """2 cores to job a, then none (b runs), then 2 again."""
+        name = "rotate"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            turn = round(snap.now / 2.0) % 3
+            return {"a": 0 if turn == 1 else 2, "b": 2 if turn == 1 else 0}
+
+    jobs = [linear_job("a", n=400, work=2.0), linear_job("b", n=400, work=2.0)]  # 1 s/iter on 2
+    run = simulate(jobs, Rotate(), capacity=2, epoch_seconds=2.0, max_epochs=3,
+                   reconfigure_seconds=0.5, epoch_model=epoch_model)
+    a = run.jobs["a"]
+    # epoch 0: 2 iterations; epoch 1: paused; epoch 2: back on 2 cores, 0.5 s lost to the restore
+    assert len(a.loss) >= 3
+    assert a.time[2] == pytest.approx(4.0 + 0.5 + 1.0)
+
+
 def test_stop_iteration_rules() -> None:
     curve = np.array([8.0, 4.0, 2.0, 1.0, 1.0, 1.0])
     assert stop_iteration(curve, 3, None, 100) == 3

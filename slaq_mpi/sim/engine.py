@@ -93,8 +93,11 @@ def _speed(s: _State, cores: int, noise: float) -> float:
 
 
 def _penalty(s: _State, cores: int, reconfigure: float) -> float:
-    """Seconds job ``s`` loses this epoch to a change of its core count (checkpoint, restore)."""
-    return reconfigure if (s.cores > 0 and cores != s.cores and s.n > 0) else 0.0
+    """Seconds job ``s`` loses this epoch to a change of its core count (checkpoint, restore).
+
+    A job that has iterated restores from its checkpoint whenever its count changes, also
+    when it comes back from a pause (0 cores), as a live run does."""
+    return reconfigure if (cores != s.cores and s.n > 0) else 0.0
 
 
 def _finish(s: _State, epoch: float, tpi: float, penalty: float, live: bool) -> float:
@@ -219,6 +222,9 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
             break
         if not active and pending[nxt].job.arrival > now:
             now = pending[nxt].job.arrival  # idle: the next decision is at the arrival, as live
+            if horizon is not None and now >= horizon:
+                now = horizon  # that arrival is past the horizon: the run ends there
+                break
         while nxt < len(pending) and pending[nxt].job.arrival <= now:
             active.append(pending[nxt])
             nxt += 1

@@ -150,7 +150,9 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
     cells_of: dict[str, float] = {}  # per template: its data file is read (or noted) once
     for i, (tpl, arrival, name, jitter) in enumerate(picks):
         rng = np.random.default_rng([spec.seed, 2, i])
-        conv = conv_cache.setdefault(tpl.algorithm, _convergence(tpl.algorithm))
+        if tpl.algorithm not in conv_cache:
+            conv_cache[tpl.algorithm] = _convergence(tpl.algorithm)
+        conv = conv_cache[tpl.algorithm]
         curve = _pick_curve(tpl, conv, settings, library, rng, name, notes)
         sc = settings.scaling_for(tpl.algorithm)
         cost = sc.cost if sc.cost is not None else library.cost(tpl.algorithm)
