@@ -79,34 +79,35 @@ def _wait_collective(request: MPI.Request, deadline: float | None = None) -> boo
     return True
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, e.g. a Slurm allocation's cpuset)."""
+def _cpu_set() -> frozenset[int] | None:
+    """The CPUs this process may run on (its affinity mask, e.g. a Slurm allocation's cpuset
+    or the launcher's binding); None where the platform does not say."""
     try:
-        return len(os.sched_getaffinity(0))
+        return frozenset(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return None
 
 
 def detect_oversubscription() -> tuple[int, int]:
     """Collective over the world: count the busy ranks (all but rank 0, which mostly sleeps)
-    on this node and compare them with its usable CPUs. If they outnumber the CPUs, jobs'
-    collectives wait sleeping from now on. Returns ``(busy ranks, cpus)`` of this node."""
+    on this node and the CPUs they may use together (the union of their affinity masks: a
+    launcher that binds each rank to its own core gives each a mask of one). If the ranks
+    outnumber the CPUs, jobs' collectives wait sleeping from now on. Returns
+    ``(busy ranks, cpus)`` of this node (cpus 0 on a node with no busy rank)."""
     global _oversubscribed
     local = _WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        busy = local.allreduce(0 if _WORLD.Get_rank() == 0 else 1, op=MPI.SUM)
+        mine = None if _WORLD.Get_rank() == 0 else (_cpu_set(),)
+        masks = [m[0] for m in local.allgather(mine) if m is not None]  # the busy ranks'
     finally:
         local.Free()
-    cpus = usable_cpus()
+    busy = len(masks)
+    if all(m is not None for m in masks):
+        cpus = len(frozenset[int]().union(*(m for m in masks if m is not None)))
+    else:
+        cpus = os.cpu_count() or 1
     _oversubscribed = busy > cpus
     return busy, cpus
-
-
-def sleep_until(deadline: float) -> None:
-    """Sleep until ``time.monotonic()`` reaches ``deadline``."""
-    left = deadline - time.monotonic()
-    if left > 0:
-        time.sleep(left)
 
 
 class MPIGroup:
@@ -139,12 +140,6 @@ class MPIGroup:
             self._comm.Allreduce(send, out, op=_OPS[op])
         return out
 
-    def bcast_flag(self, flag: bool) -> bool:
-        """The group leader's ``flag``, on every rank of the group."""
-        buf = np.array([1 if flag else 0], dtype=np.int8)
-        self._comm.Bcast(buf, root=0)
-        return bool(buf[0])
-
     def bcast(self, obj: Any) -> Any:
         """The group leader's Python object, on every rank of the group."""
         return self._comm.bcast(obj, root=0)
@@ -154,7 +149,7 @@ class MPIGroup:
         if self._control is not None:
             self._control.Free()
             self._control = None
-        if self._comm != MPI.COMM_NULL:
+        if self._comm != MPI.COMM_NULL and self._comm != _WORLD:  # the world is never freed
             self._comm.Free()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import h5py
@@ -116,3 +117,16 @@ def test_an_epoch_ends_early_when_a_job_finishes(tmp_path: Path) -> None:
     assert short_end < 1.0, f"short ended at t={short_end:.2f} s"
     assert len(start) >= 2 and 0.9 <= start[1] - start[0] < 3.0, start
     assert alloc[1, names.index("long")] == 2, alloc
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("spread", "2 2 False"), ("same", "2 1 True")])
+def test_ranks_bound_to_cores_of_their_own_are_not_oversubscribed(mode: str, expected: str,
+                                                                  tmp_path: Path) -> None:
+    if _cpus() < 2:
+        pytest.skip("needs 2 CPUs to bind two ranks apart")
+    script = ROOT / "tests" / "mpi_scripts" / "oversubscription.py"
+    proc = run_mpi(3, [str(script), mode], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # every rank's line (rank 0 and the two busy ones); the ranks' writes may share a line
+    seen = sorted(re.findall(r"([0-9]) ([0-9]+ [0-9]+ (?:True|False))", proc.stdout))
+    assert seen == [(str(r), expected) for r in range(3)], proc.stdout
