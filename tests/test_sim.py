@@ -409,3 +409,19 @@ def test_a_data_file_unread_here_is_simulated_at_a_stand_in_size_with_a_note(tmp
     assert work["here"] == pytest.approx(1e-6 * 500 * 4)
     assert notes == [f"job far: its data file {tmp_path / 'on-the-cluster.h5'} cannot be read here "
                      "(no such file); its size is taken as 1e+06 rows*features"]
+
+
+def test_a_failed_metrics_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from slaq_mpi.policies import get_policy
+    from slaq_mpi.sim.h5io import read_metrics, write_metrics
+
+    run = simulate([linear_job()], get_policy("fair"), capacity=2, epoch_seconds=1.0)
+    path = tmp_path / "metrics.h5"
+    write_metrics(path, run)
+    bad = replace(run, alloc=np.zeros((len(run.epoch_time) + 1, 3)))  # cannot be reshaped
+    with pytest.raises(ValueError):
+        write_metrics(path, bad)
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.h5"]
+    assert np.array_equal(read_metrics(path).alloc, run.alloc)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slaq_mpi import durable
 from slaq_mpi.errors import DataError
 
 __all__ = ["DEFAULT_LIBRARY", "Curve", "CurveLibrary", "analytic_curve", "extend"]
@@ -94,27 +95,23 @@ class CurveLibrary:
 
     def save(self, path: str | Path) -> None:
         """Write the library as a compressed ``.npz`` to exactly ``path``, atomically (a temp
-        file beside it, then a rename): an interrupted save leaves the old file as it was."""
+        file beside it, fsynced, then a rename): an interrupted save leaves the old file as it was."""
         p = Path(path)
         offsets = np.cumsum([0] + [len(c.losses) for c in self.curves]).astype(np.int64)
         flat = np.concatenate([c.losses for c in self.curves]) if self.curves else np.zeros(0)
         tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-        try:
-            with open(tmp, "wb") as fh:  # a file object: numpy adds no ".npz" to the name
-                np.savez_compressed(
-                    fh,
-                    names=np.array([c.name for c in self.curves]),
-                    algorithms=np.array([c.algorithm for c in self.curves]),
-                    convergence=np.array([c.convergence for c in self.curves]),
-                    offsets=offsets,
-                    losses=flat.astype(np.float64),
-                    l_star=np.array([c.l_star for c in self.curves], dtype=np.float64),
-                    cost_per_cell=np.array([c.cost_per_cell for c in self.curves], dtype=np.float64),
-                    recipes=np.array([c.recipe for c in self.curves]),
-                )
-            os.replace(tmp, p)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with durable.replacing(p, tmp), open(tmp, "wb") as fh:  # a file: numpy adds no ".npz"
+            np.savez_compressed(
+                fh,
+                names=np.array([c.name for c in self.curves]),
+                algorithms=np.array([c.algorithm for c in self.curves]),
+                convergence=np.array([c.convergence for c in self.curves]),
+                offsets=offsets,
+                losses=flat.astype(np.float64),
+                l_star=np.array([c.l_star for c in self.curves], dtype=np.float64),
+                cost_per_cell=np.array([c.cost_per_cell for c in self.curves], dtype=np.float64),
+                recipes=np.array([c.recipe for c in self.curves]),
+            )
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> CurveLibrary:

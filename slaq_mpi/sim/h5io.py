@@ -21,6 +21,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from slaq_mpi import durable
 from slaq_mpi.errors import DataError
 from slaq_mpi.evaluation import JobTrace, RunData
 
@@ -30,11 +31,12 @@ _STR = h5py.string_dtype(encoding="utf-8")
 
 
 def write_metrics(path: str | Path, run: RunData) -> None:
-    """Write ``run`` to ``path`` atomically (temp file, then rename)."""
+    """Write ``run`` to ``path`` atomically (:func:`slaq_mpi.durable.replacing`): a failed or
+    interrupted write leaves the old file, and no temp file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    with h5py.File(tmp, "w") as f:
+    with durable.replacing(p, tmp) as path_tmp, h5py.File(path_tmp, "w") as f:
         for key in ("name", "policy", "mode", "config"):
             f.attrs[key] = str(getattr(run, key))
         f.attrs["seed"] = int(run.seed)
@@ -73,7 +75,6 @@ def write_metrics(path: str | Path, run: RunData) -> None:
         ep.create_dataset("gap_ms", data=np.full(len(run.epoch_time), np.nan))  # live runs only
         moved = run.moved if run.moved is not None else np.zeros(len(run.epoch_time))
         ep.create_dataset("moved", data=np.asarray(moved, dtype="i1"))
-    os.replace(tmp, p)
 
 
 def _text(val: object) -> str:
