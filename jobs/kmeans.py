@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from jobs._common import row_sq_norms, seeded_rows
 from jobs.base import AT_LEAST_ONE, Allowed, GroupComm, Shard, Solver
 
 
@@ -27,13 +28,7 @@ class KMeans(Solver):
 
     def __init__(self, comm: GroupComm, shard: Shard, params: Mapping[str, Any], seed: int):
         super().__init__(comm, shard, params, seed)
-        k = int(self.params["k"])
-        rows = np.sort(np.random.default_rng(seed).choice(shard.n_rows, size=k, replace=False))
-        local = np.zeros((k, shard.n_features))
-        lo, hi = shard.row_start, shard.row_start + shard.n_local
-        mine = (rows >= lo) & (rows < hi)
-        local[mine] = _dense(shard.X[rows[mine] - lo])
-        (self.centroids,) = self.global_sum(local)
+        self.centroids = seeded_rows(self, int(self.params["k"]))
 
     @classmethod
     def state_bytes(cls, params: Mapping[str, Any], rows: int, features: int,
@@ -47,10 +42,7 @@ class KMeans(Solver):
         """Nearest centroid index and squared distance for every local row."""
         X = self.shard.X
         c = self.centroids
-        x2 = np.asarray(X.multiply(X).sum(axis=1)).ravel() if hasattr(X, "multiply") else (
-            np.einsum("ij,ij->i", X, X)
-        )
-        d2 = x2[:, None] - 2.0 * np.asarray(X @ c.T) + np.einsum("ij,ij->i", c, c)[None, :]
+        d2 = row_sq_norms(X)[:, None] - 2.0 * np.asarray(X @ c.T) + np.einsum("ij,ij->i", c, c)[None, :]
         idx = np.argmin(d2, axis=1)
         return idx, np.maximum(d2[np.arange(len(idx)), idx], 0.0)
 
@@ -73,10 +65,6 @@ class KMeans(Solver):
     def set_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Restore the centroids."""
         self.centroids = np.array(state["centroids"], dtype=np.float64)
-
-
-def _dense(X: Any) -> np.ndarray:
-    return X.toarray() if hasattr(X, "toarray") else np.asarray(X)
 
 
 def _cluster_sums(X: Any, idx: np.ndarray, k: int) -> np.ndarray:

@@ -62,13 +62,6 @@ class MLPClassifier(Solver):
         h, c = int(params["hidden"]), max(int(params["classes"]), 2)
         return 8 * 6 * (features * h + h + h * c + c)
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities of rows ``X`` under the current weights."""
-        logits = np.tanh(X @ self.W1 + self.b1) @ self.W2 + self.b2
-        logits -= logits.max(axis=1, keepdims=True)
-        p = np.exp(logits)
-        return p / p.sum(axis=1, keepdims=True)
-
     def loss_and_grads(self) -> tuple[float, list[np.ndarray]]:
         """Global objective and its gradients in W1, b1, W2, b2 (collective)."""
         X, lab, n = self.shard.X, self._labels, self.shard.n_rows

@@ -1,11 +1,13 @@
 """Every MPI call of slaq-mpi, behind small named wrappers.
 
-Waiting never busy-polls: MPICH spins at 100% CPU inside a blocking receive, which steals
-cores from training when ranks outnumber cores. Every wait here tests a request and sleeps
-between tests with a short backoff (``_wait``). A job's own collectives (``MPIGroup.allreduce``,
-called every iteration) block as usual on a node with a core per rank; on an oversubscribed
-node (:func:`detect_oversubscription`) they too wait sleeping, so a rank waiting for a peer
-leaves the CPU to the peer instead of spinning on it.
+The long waits do not busy-poll: MPICH spins at 100% CPU inside a blocking receive, which
+steals cores from training when ranks outnumber cores. Waiting for the coordinator's plan, a
+report, a barrier or a control exchange tests a request and sleeps between tests with a short
+backoff (``_wait``). A job's own collectives (``MPIGroup.allreduce``, called every iteration)
+block as usual on a node with a core per rank; on an oversubscribed node
+(:func:`detect_oversubscription`) they too wait sleeping, so a rank waiting for a peer leaves
+the CPU to the peer instead of spinning on it. The short collectives of a move (``Split``,
+``Dup``, a group's ``bcast`` of a restored checkpoint) block as usual.
 """
 
 from __future__ import annotations

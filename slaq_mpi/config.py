@@ -235,7 +235,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     jobs_raw = _req(top, "jobs", "config")
     if not isinstance(jobs_raw, list) or not jobs_raw:
         raise ConfigError("jobs", jobs_raw, "must be a non-empty list of job mappings")
-    jobs = tuple(_job(j, i, seed, ranks, check_files) for i, j in enumerate(jobs_raw))
+    jobs = tuple(_job(j, i, seed, check_files) for i, j in enumerate(jobs_raw))
     output_dir = _output_dir(top.get("output_dir", f"runs/{name}"), check_files)
     seen: set[str] = set()
     for i, job in enumerate(jobs):
@@ -294,15 +294,16 @@ def _policy(val: Any) -> tuple[str, dict[str, Any]]:
     return str(name), dict(params)
 
 
-def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
+def _job(raw: Any, i: int, seed: int, check_files: bool) -> JobSpec:
     where = f"jobs[{i}]"
     job = _mapping(raw, where, _JOB_KEYS)
     name = _name(_req(job, "name", where), f"{where}.name")
     algorithm = _req(job, "algorithm", where)
     solver = _solver_class(algorithm, f"{where}.algorithm")
-    hyper = _mapping(_section(job, "hyperparameters", where), f"{where}.hyperparameters",
+    given = _mapping(_section(job, "hyperparameters", where), f"{where}.hyperparameters",
                      set(solver.defaults))
-    for key, val in hyper.items():
+    hyper: dict[str, Any] = {}  # as given, an int where a float is wanted made a float
+    for key, val in given.items():
         default = solver.defaults[key]
         want = type(default)
         ok = isinstance(val, want) and not (want is not bool and isinstance(val, bool))
@@ -310,6 +311,7 @@ def _job(raw: Any, i: int, seed: int, ranks: int, check_files: bool) -> JobSpec:
             ok, val = True, float(val)
         if not ok:
             raise ConfigError(f"{where}.hyperparameters.{key}", val, f"must be of type {want.__name__}")
+        hyper[key] = val
     dataset, rows, features, top = _dataset(_req(job, "dataset", where), f"{where}.dataset",
                                             check_files, solver)
     problem = getattr(solver, "hyperparameter_problem", None)  # a user solver may lack it

@@ -181,6 +181,8 @@ def common_l_star(runs: Iterable[RunData]) -> dict[str, float]:
 
 
 def job_end(job: JobTrace) -> float:
+    """When ``job`` was last seen: its end if it finished, else the end of its last reported
+    iteration, else its arrival."""
     if math.isfinite(job.end):
         return job.end
     return float(job.time[-1]) if len(job.time) else job.arrival

@@ -17,8 +17,6 @@ import numpy as np
 
 from slaq_mpi.durable import replacing
 
-STATUSES = ("waiting", "running", "done", "failed")
-
 
 @dataclass
 class JobRecord:

@@ -9,7 +9,6 @@ per row*feature of the recording dataset. The packaged library ``curves.npz`` is
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -171,12 +170,3 @@ def analytic_curve(convergence: str, rng: np.random.Generator, name: str = "anal
     recipe = json.dumps({"analytic": convergence, "l_star": l_star, **params})
     return Curve(name, f"analytic-{convergence}", "linear" if convergence == "linear" else "sublinear",
                  losses[:n].copy(), l_star, DEFAULT_COST, recipe)
-
-
-def iterations_to(curve: Curve, percent: float) -> float:
-    """Iterations until the curve's normalized loss is <= 1 - percent/100 (inf if never)."""
-    span = curve.losses[0] - curve.l_star
-    if not span > 0:
-        return 0.0
-    hit = np.flatnonzero((curve.losses - curve.l_star) / span <= 1 - percent / 100)
-    return float(hit[0]) if len(hit) else math.inf

@@ -18,18 +18,15 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from jobs import ALGORITHMS, SerialComm, Shard, load_solver
 from slaq_mpi.generators import GENERATORS
-from slaq_mpi.sim.curves import Curve, CurveLibrary
+from slaq_mpi.sim.curves import Curve
 
-__all__ = ["RECIPES", "ITERATION_CAPS", "KIND_RECIPES", "record_curve", "record_curves",
-           "record_library"]
+__all__ = ["RECIPES", "ITERATION_CAPS", "KIND_RECIPES", "record_curve", "record_curves"]
 
 Recipe = tuple[str, dict[str, Any], dict[str, Any]]  # generator, its params, hyperparameters
 
@@ -77,19 +74,7 @@ KIND_RECIPES: dict[str, list[Recipe]] = {
 }
 
 
-def _documents(params: Mapping[str, Any], seed: int) -> Shard:
-    """Word counts from a small topic model (rows = documents, features = vocabulary)."""
-    rng = np.random.default_rng([seed, 0])
-    n, vocab, topics = int(params["rows"]), int(params["features"]), int(params["topics"])
-    beta = rng.dirichlet(np.full(vocab, 0.05), size=topics)
-    theta = rng.dirichlet(np.full(topics, 0.2), size=n)
-    counts = np.vstack([rng.multinomial(int(params["doc_length"]), p) for p in theta @ beta])
-    return Shard(X=sp.csr_matrix(counts.astype(np.float64)), y=None, row_start=0, n_rows=n)
-
-
 def _shard(generator: str, params: Mapping[str, Any], seed: int) -> Shard:
-    if generator == "documents" and generator not in GENERATORS:
-        return _documents(params, seed)
     factory = GENERATORS[generator][0]
     X, y = factory(np.random.default_rng([seed, 0]), params)(
         np.random.default_rng([seed, 1]), int(params["rows"]))
@@ -176,15 +161,3 @@ def record_curves(algorithms: list[str] | None = None, seed: int = 0,
         if not got:
             progress(f"  {alg}: no usable curve recorded")
     return curves
-
-
-def record_library(out: str | Path, algorithms: list[str] | None = None, seed: int = 0,
-                   progress: Callable[[str], None] = print) -> CurveLibrary:
-    """Record curves for ``algorithms`` (default: all built-in ones) and merge them into the
-    library at ``out`` (created if missing): the algorithms recorded replace their old curves,
-    every other algorithm's are kept. The file is replaced atomically."""
-    out = Path(out)
-    old = CurveLibrary.load(out) if out.exists() else CurveLibrary([])
-    lib = old.merged(record_curves(algorithms, seed, progress))
-    lib.save(out)
-    return lib
