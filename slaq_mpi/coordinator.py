@@ -30,7 +30,7 @@ from slaq_mpi.placement import place
 from slaq_mpi.plan import Plan, Report, cut_time, epoch_length
 from slaq_mpi.policies import get_policy
 from slaq_mpi.rundir import STOP_FILE, remove_stop
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only
@@ -149,7 +149,7 @@ class Coordinator:
                               self.spec.epoch_seconds)
         snap = self._snapshot(now, active, length)
         t = time.perf_counter()
-        alloc = self._checked(self.policy.allocate(snap), active)
+        alloc = checked_allocation(self.policy.allocate(snap), snap, self.spec.policy)
         decision_ms = (time.perf_counter() - t) * 1000.0
         ranks, moved = place(self.ranks, alloc, self.workers)
         plan = Plan(
@@ -200,15 +200,6 @@ class Coordinator:
 
     def _spec_of(self, name: str) -> Any:
         return next(j for j in self.spec.jobs if j.name == name)
-
-    def _checked(self, alloc: dict[str, int], active: list[JobRecord]) -> dict[str, int]:
-        names = {j.name for j in active}
-        out = {j: int(c) for j, c in alloc.items() if j in names and int(c) > 0}
-        if sum(out.values()) > len(self.workers) or any(
-            c > self.record.jobs[j].max_cores for j, c in out.items()
-        ):
-            raise RuntimeError(f"policy {self.spec.policy} broke its contract: {alloc}")
-        return out
 
     def _collect(self, running: set[str], started: float, length: float
                  ) -> tuple[dict[str, Report], float | None]:

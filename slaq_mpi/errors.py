@@ -42,3 +42,7 @@ class DataError(SlaqError, ValueError):
 
 class WorkerError(SlaqError, RuntimeError):
     """An exception raised on a worker rank, re-raised on rank 0 with rank, host and job."""
+
+
+class ContractError(SlaqError, RuntimeError):
+    """A policy returned an allocation the policy contract does not allow (a bug in the policy)."""

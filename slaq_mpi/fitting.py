@@ -17,7 +17,7 @@ import numpy as np
 from slaq_mpi._numeric import zero_nonfinite
 
 __all__ = ["FAMILY_FLAT", "FAMILY_LINEAR", "FAMILY_PRIOR", "FAMILY_SUBLINEAR", "MIN_FULL_POINTS",
-           "coarse", "refine", "shape", "shift_params"]
+           "coarse", "refine", "shape"]
 
 FAMILY_PRIOR = 0
 FAMILY_SUBLINEAR = 1
@@ -216,22 +216,3 @@ def refine(
         h, dh1, dh2 = np.where(b, t_h, h), np.where(b, t_dh1, dh1), np.where(b, t_dh2, dh2)
         lam = np.where(better, lam * 0.3, lam * 10.0)
     return p1, p2, amp, off, sse
-
-
-def shift_params(
-    family: np.ndarray, p1: np.ndarray, p2: np.ndarray, shift: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The same curves re-anchored ``shift`` iterations later (``u -> u + shift``).
-
-    Sublinear: ``1 + p1 (u + s) + p2 (u + s)^2`` divided by its value at ``u = 0``; linear
-    shapes are unchanged (``exp(-r u)`` is scale-free). The amplitude absorbs the factor.
-    """
-    sub = family == FAMILY_SUBLINEAR
-    s = np.asarray(shift, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        c0 = 1.0 + (p1 + p2 * s) * s
-        n1 = np.where(sub, (p1 + 2.0 * p2 * s) / c0, p1)
-        n2 = np.where(sub, p2 / c0, p2)
-    ok = np.isfinite(n1) & np.isfinite(n2) & (~sub | (c0 > 0))
-    return np.where(ok, n1, p1), np.where(ok, n2, p2)
-

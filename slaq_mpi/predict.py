@@ -16,8 +16,8 @@ have a closed-form weighted least-squares solution, and all the sums it needs ar
 residual allowed by its declared convergence class (both families for ``"unknown"``), then a
 few batched Levenberg-Marquardt steps refine all four parameters of every job together.
 
-With a warm start (:func:`fit_windows_warm`) a job whose window is full skips the grid and
-refines its previous parameters with the few new points.
+Every fit starts from scratch: the forecast is a function of the histories alone, whatever
+was fitted before (a resumed run decides as an uninterrupted one would).
 
 Losses are *normalized* as in the paper: a job's loss reduction is divided by the largest
 one-iteration reduction seen so far for that job (:func:`normalize_drops`); or, with
@@ -44,7 +44,6 @@ from slaq_mpi.fitting import (
     coarse,
     refine,
     shape,
-    shift_params,
 )
 
 __all__ = [
@@ -55,8 +54,6 @@ __all__ = [
     "CurveFit",
     "fit_curves",
     "fit_windows",
-    "fit_windows_warm",
-    "FamilyParams",
     "class_codes",
     "history_windows",
     "max_drops",
@@ -71,9 +68,6 @@ DEFAULT_DECAY = 6.0
 SKIP_INITIAL_AFTER = 6  # the initial model's loss is left out of fits of longer histories
 MIN_FIT_POINTS = 3  # fewer losses: the prior
 REFINE_STEPS = 3
-WARM_STEPS = 2  # refinement steps of a warm-started fit
-WARM_DEGRADE = 2.0  # a warm fit whose residual grew more than this factor is redone cold
-WARM_RMS_FLOOR = 1e-3  # ... unless its residual is below this share of the window's range
 YOUNG_EXTRA_STEPS = 12  # more refinement for jobs whose history is shorter than the window
 UNKNOWN_LINEAR_MARGIN = 0.5  # unknown class: linear wins if its residual is below this share
 SPAN_PRIOR_C = 1.0  # span prior: half of L_0 - L* in the first iteration
@@ -295,22 +289,6 @@ def history_windows(
     return values, mask, n, max_drops(histories)
 
 
-@dataclass(frozen=True)
-class FamilyParams:
-    """Per job and family (column 0 sublinear, 1 linear): the fitted nonlinear parameters and
-    the fit's weighted RMS residual (relative to the window's loss range); NaN where that family
-    was not fitted. What :func:`fit_windows_warm` returns to warm-start the next fit."""
-
-    p1: np.ndarray
-    p2: np.ndarray
-    rms: np.ndarray
-
-    @staticmethod
-    def empty(jobs: int) -> FamilyParams:
-        """No parameters for ``jobs`` jobs (every fit is cold)."""
-        return FamilyParams(*(np.full((jobs, 2), np.nan) for _ in range(3)))
-
-
 def fit_windows(
     values: np.ndarray,
     mask: np.ndarray,
@@ -328,29 +306,6 @@ def fit_windows(
         classes: per job 1 (sublinear), 2 (linear) or 0 (unknown: least residual wins).
         decay: e-folding length, in iterations, of the exponentially decaying weights.
         steps: Levenberg-Marquardt refinement steps after the grid search.
-    """
-    return fit_windows_warm(values, mask, n, max_drop, classes, decay, steps)[0]
-
-
-def fit_windows_warm(
-    values: np.ndarray,
-    mask: np.ndarray,
-    n: np.ndarray,
-    max_drop: np.ndarray,
-    classes: np.ndarray,
-    decay: float = DEFAULT_DECAY,
-    steps: int = REFINE_STEPS,
-    warm: FamilyParams | None = None,
-    shift: np.ndarray | None = None,
-) -> tuple[CurveFit, FamilyParams]:
-    """:func:`fit_windows`, warm-started: also returns every job's :class:`FamilyParams`.
-
-    With ``warm`` (the parameters of an earlier fit of the same jobs, row for row) and
-    ``shift`` (per job, iterations run since that fit; negative: no usable warm start), a job
-    whose window is full skips the grid search: its earlier parameters, re-anchored to its last
-    iteration, get ``WARM_STEPS`` refinement steps. If that fit's residual is worse than
-    ``WARM_DEGRADE`` times the earlier one (and above ``WARM_RMS_FLOOR``), or it fails, the job
-    is fitted from scratch. Jobs with histories shorter than the window are always fitted cold.
     """
     jobs, window = values.shape
     n = np.asarray(n)
@@ -375,62 +330,28 @@ def fit_windows_warm(
     y = np.where(mask, (values - last[:, None]) / scale[:, None], 0.0)
     s_w = np.maximum(w.sum(axis=1), 1e-300)
 
-    out = FamilyParams.empty(jobs)
-    can_warm = np.zeros(jobs, dtype=bool)
-    if warm is not None and shift is not None:
-        can_warm = (np.asarray(shift) >= 0) & (valid_n >= window) & (steps > 0)
     unknown = classes == 0
     fam = np.where(unknown, FAMILY_SUBLINEAR, classes).astype(np.int8)
     amp, off, p1, p2 = np.zeros(jobs), np.zeros(jobs), np.zeros(jobs), np.zeros(jobs)
     sse = np.full(jobs, np.inf)
     # one pass per kind; an unknown class is fitted as both and linear must fit clearly better
-    for col, (kind, members) in enumerate(((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
-                                             (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown))):
+    for kind, members in ((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
+                          (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown)):
         idx = np.flatnonzero(members & fit_ok)
         if not idx.size:
             continue
         sub = kind == FAMILY_SUBLINEAR
-        f_p1, f_p2, f_amp, f_off = (np.zeros(idx.size) for _ in range(4))
-        f_sse = np.full(idx.size, np.inf)
-        cold = np.ones(idx.size, dtype=bool)
-        if warm is not None and shift is not None:
-            hot = can_warm[idx] & np.isfinite(warm.p1[idx, col]) & np.isfinite(warm.rms[idx, col])
-            moved = np.asarray(shift)[idx] > 0
-            # an unchanged history keeps its fit exactly (0 steps); a longer one is refined
-            for group, n_steps in ((hot & ~moved, 0), (hot & moved, WARM_STEPS)):
-                if not group.any():
-                    continue
-                sel = idx[group]
-                fam_arr = np.full(sel.size, kind, dtype=np.int8)
-                w1, w2 = shift_params(fam_arr, warm.p1[sel, col], warm.p2[sel, col],
-                                      np.asarray(shift, dtype=np.float64)[sel])
-                r = refine(w1, w2, sub, y[sel], w[sel], mask[sel], valid_n[sel] >= MIN_FULL_POINTS,
-                           n_steps)
-                rms = np.sqrt(r[4] / s_w[sel])
-                limit = np.maximum(WARM_DEGRADE * warm.rms[sel, col], WARM_RMS_FLOOR)
-                good = np.isfinite(r[4]) & (rms <= limit)
-                rows = np.flatnonzero(group)[good]
-                f_p1[rows], f_p2[rows], f_amp[rows], f_off[rows], f_sse[rows] = (a[good] for a in r)
-                cold[rows] = False
-        if cold.any():
-            rows_c = np.flatnonzero(cold)
-            sel = idx[rows_c]
-            c_p1, c_p2, c_amp, c_off, c_sse = coarse(y[sel], w[sel], valid_n[sel], kind)
-            fin = np.isfinite(c_sse)
-            # young jobs (short histories: the largest predicted gains, and few) get more steps
-            young = fin & (valid_n[sel] < window)
-            for extra, rows in ((steps, fin), (YOUNG_EXTRA_STEPS * (steps > 0), young)):
-                if extra > 0 and rows.any():
-                    ss = sel[rows]
-                    c_p1[rows], c_p2[rows], c_amp[rows], c_off[rows], c_sse[rows] = refine(
-                        c_p1[rows], c_p2[rows], sub, y[ss], w[ss], mask[ss], valid_n[ss] >= MIN_FULL_POINTS,
-                        extra,
-                    )
-            for dst, src in ((f_p1, c_p1), (f_p2, c_p2), (f_amp, c_amp), (f_off, c_off), (f_sse, c_sse)):
-                dst[rows_c] = src
+        f_p1, f_p2, f_amp, f_off, f_sse = coarse(y[idx], w[idx], valid_n[idx], kind)
         fin = np.isfinite(f_sse)
-        out.p1[idx[fin], col], out.p2[idx[fin], col] = f_p1[fin], f_p2[fin]
-        out.rms[idx[fin], col] = np.sqrt(f_sse[fin] / s_w[idx[fin]])
+        # young jobs (short histories: the largest predicted gains, and few) get more steps
+        young = fin & (valid_n[idx] < window)
+        for extra, rows in ((steps, fin), (YOUNG_EXTRA_STEPS * (steps > 0), young)):
+            if extra > 0 and rows.any():
+                ss = idx[rows]
+                f_p1[rows], f_p2[rows], f_amp[rows], f_off[rows], f_sse[rows] = refine(
+                    f_p1[rows], f_p2[rows], sub, y[ss], w[ss], mask[ss], valid_n[ss] >= MIN_FULL_POINTS,
+                    extra,
+                )
         take = np.ones(idx.size, bool) if sub else ~unknown[idx] | (f_sse < UNKNOWN_LINEAR_MARGIN * sse[idx])
         t = idx[take]
         amp[t], off[t], p1[t], p2[t], sse[t] = f_amp[take], f_off[take], f_p1[take], f_p2[take], f_sse[take]
@@ -445,7 +366,7 @@ def fit_windows_warm(
         rms = np.sqrt(np.maximum(sse, 0.0) / s_w)
         amp_loss = amp * scale
         floor = last + off * scale
-    fit = CurveFit(
+    return CurveFit(
         family=family,
         amp=zero_nonfinite(np.where(found, amp_loss, 0.0)),
         p1=zero_nonfinite(np.where(found, p1, 0.0)),
@@ -456,7 +377,6 @@ def fit_windows_warm(
         max_drop=zero_nonfinite(max_drop),
         rms=zero_nonfinite(np.where(found, rms, 0.0)),
     )
-    return fit, out
 
 
 def class_codes(classes: Sequence[str]) -> np.ndarray:

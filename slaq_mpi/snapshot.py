@@ -1,12 +1,18 @@
 """Frozen views of the cluster that scheduling policies read.
 
-A policy is a pure function of a :class:`ClusterSnapshot`: the live coordinator and the
-simulator build snapshots the same way and call the same policy code.
+A policy decides from a :class:`ClusterSnapshot` (and, for the model-based policies, its own
+memory of the last decision's fits): the live coordinator and the simulator build snapshots
+the same way, call the same policy code and check its answer with the same
+:func:`checked_allocation`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from slaq_mpi.errors import ContractError
 
 CONVERGENCE_CLASSES = ("sublinear", "linear", "unknown")
 
@@ -56,3 +62,34 @@ class ClusterSnapshot:
     now: float
     epoch_seconds: float
     jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
+
+
+def checked_allocation(alloc: Mapping[str, Any], snapshot: ClusterSnapshot,
+                       policy: str) -> dict[str, int]:
+    """``alloc`` (a policy's answer to ``snapshot``) as ``{job_id: cores}`` with the jobs given
+    0 left out, once it is checked against the policy contract. The live coordinator and the
+    simulator both use it, so a policy breaks the contract in both or in neither.
+
+    Raises:
+        ContractError: a job not in the snapshot, cores that are not an integer >= 0 or above
+            the job's ``max_cores``, or more cores than ``capacity`` in all.
+    """
+    jobs = {j.job_id: j for j in snapshot.jobs}
+    out: dict[str, int] = {}
+    for jid, cores in alloc.items():
+        if jid not in jobs:
+            raise ContractError(f"policy {policy!r} allocated cores to unknown job {jid!r}")
+        try:
+            c = int(cores)
+            whole = c == cores
+        except (TypeError, ValueError, OverflowError):
+            whole = False
+        if not whole or c < 0 or c > jobs[jid].max_cores:
+            raise ContractError(f"policy {policy!r} gave job {jid!r} {cores!r} cores; allowed: an "
+                                f"integer from 0 to its max_cores, {jobs[jid].max_cores}")
+        if c:
+            out[jid] = c
+    if sum(out.values()) > snapshot.capacity:
+        raise ContractError(f"policy {policy!r} allocated {sum(out.values())} cores; capacity is "
+                            f"{snapshot.capacity}")
+    return out

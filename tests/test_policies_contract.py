@@ -94,3 +94,45 @@ def test_nan_is_refused_by_the_constructor_too() -> None:
 
     with pytest.raises(ValueError, match=r"^decay must be > 0 \(got nan\)$"):
         SlaqPolicy(decay=float("nan"))
+
+
+@pytest.mark.parametrize(("alloc", "message"), [
+    ({"nobody": 1}, "unknown job 'nobody'"),
+    ({"a": 1.5}, "gave job 'a' 1.5 cores"),
+    ({"a": -1}, "gave job 'a' -1 cores"),
+    ({"a": "2"}, "gave job 'a' '2' cores"),
+    ({"a": 4}, "max_cores, 3"),
+    ({"a": 3, "b": 3}, "allocated 6 cores; capacity is 5"),
+])
+def test_a_broken_allocation_is_refused_alike_live_and_in_simulation(alloc: dict, message: str) -> None:
+    from slaq_mpi.errors import ContractError
+    from slaq_mpi.sim import ScalingModel, SimJob, SimulationError, simulate
+    from slaq_mpi.snapshot import checked_allocation
+
+    snap = ClusterSnapshot(capacity=5, now=0.0, epoch_seconds=1.0, jobs=(
+        JobSnapshot(job_id="a", losses=(), throughput=(), cores=0, max_cores=3),
+        JobSnapshot(job_id="b", losses=(), throughput=(), cores=0, max_cores=5)))
+    with pytest.raises(ContractError, match=message):  # what the live coordinator calls
+        checked_allocation(alloc, snap, "mine")
+
+    class Broken:
+        name = "mine"
+
+        def allocate(self, _snap: ClusterSnapshot) -> dict:
+            return alloc
+
+    jobs = [SimJob(name=n, algorithm="x", convergence="linear", arrival=0.0, curve=0.5 ** np.arange(5),
+                   l_star=0.0, scaling=ScalingModel(work=1.0), max_cores=m, stop_iter=4, max_iterations=4)
+            for n, m in (("a", 3), ("b", 5))]
+    with pytest.raises(SimulationError, match=message):
+        simulate(jobs, Broken(), capacity=5, epoch_seconds=1.0)
+
+
+def test_a_good_allocation_is_kept_without_its_zeros() -> None:
+    from slaq_mpi.snapshot import checked_allocation
+
+    snap = ClusterSnapshot(capacity=5, now=0.0, epoch_seconds=1.0, jobs=(
+        JobSnapshot(job_id="a", losses=(), throughput=(), cores=0, max_cores=3),
+        JobSnapshot(job_id="b", losses=(), throughput=(), cores=0, max_cores=5)))
+    assert checked_allocation({"a": np.int64(3), "b": 0}, snap, "mine") == {"a": 3}
+    assert checked_allocation({"a": 2.0, "b": 3}, snap, "mine") == {"a": 2, "b": 3}

@@ -25,7 +25,7 @@ the brain's predictions (so it follows every change in the fitted curves and spe
 * more jobs than cores: the jobs with the largest predicted ``rho`` on one core (the ones
   falling furthest behind, e.g. after waiting) get one core each.
 
-Pure function of the snapshot (the forecast's cache only saves work).
+Pure function of the snapshot.
 """
 
 from __future__ import annotations

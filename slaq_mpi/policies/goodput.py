@@ -27,7 +27,7 @@ batch sizes):
   cannot rank them; the jobs with the least attained core-seconds (then earliest arrival) get
   one core each, so every waiting job's turn comes.
 
-Pure function of the snapshot (the forecast's cache only saves work).
+Pure function of the snapshot.
 """
 
 from __future__ import annotations

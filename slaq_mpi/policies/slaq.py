@@ -1,9 +1,9 @@
 """SLAQ: give cores to the jobs whose normalized loss would drop the most next epoch.
 
-Per decision (a pure function of the snapshot; caches only save work):
+Per decision (a pure function of the snapshot: nothing is carried from one decision to the
+next, so a resumed run decides as an uninterrupted one would):
 
-1. normalize and fit every job's loss history together (:mod:`slaq_mpi.predict`),
-   warm-started from the previous decision's fit of each job;
+1. normalize and fit every job's loss history together, from scratch (:mod:`slaq_mpi.predict`);
 2. fit every job's seconds per iteration vs. cores (:mod:`slaq_mpi.throughput`);
 3. predicted normalized reduction of job ``j`` on ``a`` cores over the epoch ``T``:
    ``f_j(k) - f_j(k + T / t_j(a))`` (iterations capped by the job's remaining budget);
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import repeat
 
 import numpy as np
 
@@ -31,9 +30,8 @@ from slaq_mpi.predict import (
     FAMILY_PRIOR,
     FAMILY_SUBLINEAR,
     CurveFit,
-    FamilyParams,
     class_codes,
-    fit_windows_warm,
+    fit_windows,
     max_drops,
     tail_windows,
 )
@@ -296,9 +294,8 @@ class SlaqPolicy:
             jobs have data at three or more core counts) instead of the fixed
             :data:`~slaq_mpi.throughput.SERIAL_FRACTION`.
 
-    The policy remembers each job's last fit (keyed by job id, validated against the next
-    snapshot's history) and warm-starts the next fit from it: the same sequence of snapshots
-    gives the same allocations, and the same snapshot twice gives the same forecast.
+    Each decision fits every history from scratch: the same snapshot gives the same allocation,
+    whatever the policy decided before.
     """
 
     name = "slaq"
@@ -326,83 +323,6 @@ class SlaqPolicy:
         self.min_gain = float(min_gain)
         self.normalize = normalize
         self.learn_scaling = bool(learn_scaling)
-        # job id -> (losses seen, last loss, largest drop, fitted parameters of both families
-        # and their residuals): validated against the next snapshot, it warm-starts the fits
-        # (one row per job of the last decision; rows looked up by job id)
-        self._memory = np.zeros((0, 9))
-        self._memory_rows: dict[str, int] = {}
-        self._memory_window = np.zeros((0, window))
-        self._fits: CurveFit | None = None  # the last decision's fits, rows as in _memory
-        self._fit_codes = np.zeros(0, dtype=np.int8)  # ... and the classes they were fitted as
-
-    def _recall(self, ids: list[str], histories: list, values: np.ndarray, mask: np.ndarray,
-                n: np.ndarray) -> tuple[np.ndarray, FamilyParams, np.ndarray, np.ndarray]:
-        """Per job from the cache: largest one-iteration drop, the last fit's parameters, the
-        iterations run since (-1: no usable entry) and the job's cache row.
-
-        An entry is used only if the cached history's last loss is still where it was in the
-        window (same job, same history, a few losses longer); else the job is redone cold.
-        """
-        window = values.shape[1]
-        jobs = len(ids)
-        where = self._memory_rows
-        at = np.fromiter(map(where.get, ids, repeat(-1)), dtype=np.int64, count=jobs)
-        prev = np.full((jobs, 9), np.nan)
-        prev[:, 0], prev[:, 2] = -1.0, 0.0
-        hit = at >= 0
-        prev[hit] = self._memory[at[hit]]
-        p_n = prev[:, 0].astype(np.int64)
-        col = window - n + p_n - 1  # window column of the cached last loss
-        rows = np.arange(jobs)
-        ok = (p_n >= 1) & (n >= p_n) & (col >= 0)
-        c = np.clip(col, 0, window - 1)
-        ok &= mask[rows, c] & (values[rows, c] == prev[:, 1])
-        # the whole overlap of the cached window and this one must agree, not just one loss
-        if hit.any():
-            old_vals = np.full((jobs, window), np.nan)
-            old_vals[hit] = self._memory_window[at[hit]]
-            d = np.clip(n - p_n, 0, window)
-            src = np.arange(window)[None, :] + d[:, None]
-            seen = np.take_along_axis(old_vals, np.minimum(src, window - 1), axis=1)
-            check = (src < window) & ~np.isnan(seen)
-            ok &= ~(check & ~((seen == values) & mask)).any(axis=1)
-        drops = np.where(mask[:, 1:] & mask[:, :-1], values[:, :-1] - values[:, 1:], 0.0)
-        drops[np.arange(window - 1)[None, :] < c[:, None]] = 0.0
-        out = np.maximum(prev[:, 2], drops.max(axis=1, initial=0.0))
-        redo = np.flatnonzero(~ok)
-        if redo.size:
-            out[redo] = max_drops([histories[i] for i in redo])
-        warm = FamilyParams(prev[:, 3:5].copy(), prev[:, 5:7].copy(), prev[:, 7:9].copy())
-        return out, warm, np.where(ok, n - p_n, -1), at
-
-    def _remember(self, ids: list[str], values: np.ndarray, mask: np.ndarray, n: np.ndarray,
-                  drops: np.ndarray, params: FamilyParams) -> None:
-        last = np.where(mask[:, -1], values[:, -1], np.nan)
-        self._memory = np.column_stack([n, last, drops, params.p1, params.p2, params.rms])
-        self._memory_rows = dict(zip(ids, range(len(ids)), strict=True))
-        self._memory_window = np.where(mask, values, np.nan)
-
-    def _fit(self, values: np.ndarray, mask: np.ndarray, n: np.ndarray, drops: np.ndarray,
-             codes: np.ndarray, warm: FamilyParams, shift: np.ndarray,
-             at: np.ndarray) -> tuple[CurveFit, FamilyParams]:
-        """Fit the jobs whose history changed since the last decision; the others keep that
-        decision's fit (refitting the same window as the same class gives the same result)."""
-        same = (shift == 0) & (at >= 0)
-        if same.any():
-            same &= self._fit_codes[np.where(same, at, 0)] == codes
-        if not same.any() or self._fits is None:
-            return fit_windows_warm(values, mask, n, drops, codes, self.decay, warm=warm, shift=shift)
-        curves = self._fits.take(np.where(same, at, 0))
-        params = FamilyParams(warm.p1.copy(), warm.p2.copy(), warm.rms.copy())
-        todo = np.flatnonzero(~same)
-        if todo.size:
-            part = FamilyParams(warm.p1[todo], warm.p2[todo], warm.rms[todo])
-            new, new_params = fit_windows_warm(values[todo], mask[todo], n[todo], drops[todo],
-                                               codes[todo], self.decay, warm=part, shift=shift[todo])
-            curves = curves.scatter(todo, new)
-            for field in ("p1", "p2", "rms"):
-                getattr(params, field)[todo] = getattr(new_params, field)
-        return curves, params
 
     def _fit_speed(self, owner: np.ndarray, cores: np.ndarray, seconds: np.ndarray,
                    count: int) -> tuple[ThroughputModel, float]:
@@ -424,11 +344,8 @@ class SlaqPolicy:
         histories = [j.losses for j in jobs]
         values, mask, n = tail_windows(histories, self.window)
         ids = [j.job_id for j in jobs]
-        drops, warm, shift, at = self._recall(ids, histories, values, mask, n)
-        codes = class_codes([j.convergence for j in jobs])
-        curves, params = self._fit(values, mask, n, drops, codes, warm, shift, at)
-        self._remember(ids, values, mask, n, drops, params)
-        self._fits, self._fit_codes = curves, codes
+        curves = fit_windows(values, mask, n, max_drops(histories),
+                             class_codes([j.convergence for j in jobs]), self.decay)
         if self.normalize == "span":
             curves = replace(curves, span=_spans(histories, curves))
 

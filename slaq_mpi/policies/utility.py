@@ -37,7 +37,7 @@ brain's predictions:
 * cores left over are spread evenly (up to useful cores) over the jobs with value and the
   best-effort jobs; when no job has value, over every job.
 
-Pure function of the snapshot (the forecast's cache only saves work).
+Pure function of the snapshot.
 """
 
 from __future__ import annotations

@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from slaq_mpi.errors import SlaqError
+from slaq_mpi.errors import ContractError, SlaqError
 from slaq_mpi.evaluation import JobTrace, RunData
 from slaq_mpi.plan import cut_time, epoch_length
 from slaq_mpi.sim.workload import SimJob
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
 
 __all__ = ["EPOCH_MODELS", "SimulationError", "simulate"]
 
@@ -171,23 +171,6 @@ def _advance(s: _State, cores: int, now: float, epoch: float, tpi: float, penalt
     return last
 
 
-def _sanitize(alloc: Mapping[str, int], active: Sequence[_State], capacity: int,
-              policy: str) -> dict[str, int]:
-    ids = {s.job.name: s for s in active}
-    out: dict[str, int] = {}
-    for jid, cores in alloc.items():
-        if jid not in ids:
-            raise SimulationError(f"policy {policy!r} allocated cores to unknown job {jid!r}")
-        c = int(cores)
-        if c != cores or c < 0:
-            raise SimulationError(f"policy {policy!r} gave job {jid!r} {cores!r} cores")
-        out[jid] = min(c, ids[jid].job.max_cores)
-    if sum(out.values()) > capacity:
-        raise SimulationError(
-            f"policy {policy!r} allocated {sum(out.values())} cores; capacity is {capacity}")
-    return out
-
-
 def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_seconds: float,
              name: str = "sim", seed: int = 0, config_text: str = "",
              time_noise: float = 0.0, reconfigure_seconds: float = 0.0,
@@ -237,7 +220,10 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
         t0 = time.perf_counter()
         raw = policy.allocate(snap)
         decision.append((time.perf_counter() - t0) * 1000.0)
-        alloc = _sanitize(raw, active, capacity, pname)
+        try:
+            alloc = checked_allocation(raw, snap, pname)
+        except ContractError as exc:
+            raise SimulationError(str(exc)) from None
         row: dict[int, int] = {}
         speed: dict[int, tuple[float, float]] = {}
         finishing: list[tuple[float, int]] = []
