@@ -72,4 +72,5 @@ def _cluster_sums(X: Any, idx: np.ndarray, k: int) -> np.ndarray:
     member = sp.csr_matrix(
         (np.ones(len(idx)), (idx, np.arange(len(idx)))), shape=(k, len(idx))
     )
-    return np.asarray(member @ X, dtype=np.float64)
+    sums = member @ X
+    return sums.toarray() if sp.issparse(sums) else np.asarray(sums, dtype=np.float64)

@@ -181,7 +181,7 @@ class Worker:
             for _ in range(chunk):
                 t0 = time.monotonic()
                 try:
-                    loss = self.solver.step()
+                    loss = _loss_value(self.solver.step())
                 except Exception as exc:
                     error = f"solver raised {exc.__class__.__name__}: {exc}"
                     print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
@@ -236,3 +236,15 @@ class Worker:
                 self._write_checkpoint_in_background()
         if status != "running":
             self._drop()
+
+
+def _loss_value(value: object) -> float:
+    """The loss a solver's ``step()`` returned, as a float; a TypeError (the job fails, as if
+    its step raised) unless it is one real number (a Python or numpy scalar, or a 0-d array)."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        return float(value)
+    shown = f"an array of shape {value.shape}" if isinstance(value, np.ndarray) else repr(value)[:60]
+    raise TypeError(f"step() must return the global loss as one number, not {shown} "
+                    f"({type(value).__name__})")

@@ -220,6 +220,9 @@ def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> 
         {"name": "nan", "algorithm": f"{faulty}:NanAt", "hyperparameters": {"at": 40},
          "arrival": 0, "stop": {"max_iterations": 200},
          "dataset": {"generator": "classification", "rows": 3000, "features": 10}},
+        {"name": "array", "algorithm": f"{faulty}:ReturnsArrayAt", "hyperparameters": {"at": 20},
+         "arrival": 0, "stop": {"max_iterations": 200},
+         "dataset": {"generator": "classification", "rows": 3000, "features": 10}},
     ]
     cfg = _config(tmp_path, jobs=raw["jobs"])
     res = run_slaq(["run", str(cfg)], cwd=tmp_path, timeout=300)
@@ -229,6 +232,9 @@ def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> 
         assert st["raises"][0] == "failed" and "injected failure at iteration 30" in st["raises"][1]
         assert st["nan"][0] == "failed" and "nan at iteration 40" in st["nan"][1]
         assert len(f["jobs/nan/loss"]) == 40
+        assert st["array"][0] == "failed" and "step() must return the global loss as one number, " \
+            "not an array of shape (1,)" in st["array"][1]
+        assert len(f["jobs/array/loss"]) == 19
         for name in ("good-1", "good-2", "good-3"):
             assert st[name][0] == "done", st
     assert "job raises failed" in res.stdout and "job nan failed" in res.stdout

@@ -284,3 +284,17 @@ def test_allowed_describes_itself() -> None:
     assert str(Allowed()) == "a finite number"
     assert not Allowed().admits(float("nan")) and Allowed().admits(10**400)
     assert str(Allowed(hi=1, hi_open=True)) == "< 1"
+
+
+@pytest.mark.parametrize("algorithm", ["logreg", "logreg_lbfgs", "svm", "linreg", "kmeans", "gmm",
+                                       "mlp", "lda"])
+def test_sparse_input_gives_the_losses_of_dense_input(algorithm: str) -> None:
+    """docs/solvers.md lists these as taking CSR input."""
+    rng = np.random.default_rng(4)
+    X = rng.poisson(0.7, (300, 12)).astype(np.float64)  # counts: also valid input for lda
+    y = (X[:, 0] + rng.standard_normal(300) > 0.7).astype(np.float64)
+    params = {"k": 3} if algorithm in ("kmeans", "gmm") else {}
+    _, dense_losses = _run(algorithm, X, y, 15, **params)
+    _, sparse_losses = _run(algorithm, sp.csr_matrix(X), y, 15, **params)
+    assert np.all(np.isfinite(dense_losses))
+    np.testing.assert_allclose(sparse_losses, dense_losses, rtol=1e-9)

@@ -51,3 +51,13 @@ class RaisesOnOneRank(RaisesAt):
         if self.k == int(self.params["at"]) and self.comm.rank == 0:
             raise ValueError(f"injected failure at iteration {self.k} on one rank")
         return LogisticRegression.step(self)
+
+
+class ReturnsArrayAt(RaisesAt):
+    """Logistic regression whose step returns the loss as a 1-element array from iteration
+    ``at`` on (a user's slip: ``global_sum`` returns arrays)."""
+
+    def step(self) -> float:
+        self.k += 1
+        loss = LogisticRegression.step(self)
+        return np.array([loss]) if self.k >= int(self.params["at"]) else loss  # type: ignore[return-value]
