@@ -13,6 +13,8 @@ from typing import NoReturn
 from slaq_mpi._text import count
 from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
+
 # Modules that add their own subcommands through ``add_cli(subparsers)``.
 _COMMAND_MODULES = (
     "slaq_mpi.datatools",
@@ -109,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"slaq: error: {exc.filename!r} is not allowed; the path is too long (a name may "
                   "have at most 255 bytes, a whole path 4096)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C where slaq has no stop of its own (checks, simulate, data)
+        if _launch_rank() in (None, "0"):
+            print("slaq: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -284,7 +284,7 @@ class Coordinator:
         rel = [j.loss[-1] / j.loss[0] for j in jobs if j.loss and j.loss[0] not in (0.0,)
                and j.status != "failed"]
         cores = " ".join(f"{n}:{c}" for n, c in sorted(alloc.items()))
-        mean = f"{sum(rel) / len(rel):.4f}" if rel else "-"
+        mean = f"{sum(rel) / len(rel):.4g}" if rel else "-"
         _say(f"epoch {self.epoch:4d} t={now:7.1f}s running {running} waiting {waiting} "
              f"done {done}/{len(self.record.jobs)}" + (f" failed {failed}" if failed else "")
              + f" | cores this epoch {cores} | mean loss/initial {mean}")

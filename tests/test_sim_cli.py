@@ -447,3 +447,29 @@ def test_curves_record_refuses_a_seed_it_cannot_use(seed: str, capsys: pytest.Ca
         parse(["curves", "record", "--out", "c.npz", "--seed", seed])
     assert exc.value.code == 2
     assert "must be an integer from 0 to 9007199254740992" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_a_simulation_is_one_line_and_status_130(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    paper = str(ROOT / "configs" / "paper.yaml")
+    proc = subprocess.Popen([sys.executable, "-m", "slaq_mpi", "simulate", paper,
+                             "--policy", "slaq", "--out", "sim"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # as from a terminal (a background job of a shell ignores SIGINT)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # "simulating slaq: ...": the simulation has begun
+    time.sleep(1.0)  # it takes several seconds
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert first.startswith("simulating slaq"), first
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "slaq: interrupted", err
