@@ -399,6 +399,28 @@ def test_a_npy_file_is_not_a_curve_library(tmp_path: Path) -> None:
     _refused(run_slaq(["simulate", str(cfg)], cwd=tmp_path), "curves.npy", "not a curve library")
 
 
+def test_a_truncated_curve_library_is_refused_in_one_line(tmp_path: Path) -> None:
+    from slaq_mpi.sim.curves import DEFAULT_LIBRARY
+
+    (tmp_path / "cut.npz").write_bytes(DEFAULT_LIBRARY.read_bytes()[:1000])
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "cut.npz"})))
+    _refused(run_slaq(["simulate", str(cfg)], cwd=tmp_path), "cut.npz", "not a curve library")
+    _refused(run_slaq(["curves", "record", "--algorithm", "linreg", "--out", "cut.npz"], cwd=tmp_path),
+             "cut.npz", "not a curve library")
+
+
+@pytest.mark.parametrize(("key", "value"), [("mix", {"a": 1e308, "b": 1e308}), ("mean_gap", 1e308),
+                                            ("start", 1e12)])
+def test_workload_numbers_beyond_any_experiment_are_refused(key: str, value: object,
+                                                            tmp_path: Path) -> None:
+    workload = {"jobs": 4, "mean_gap": 1.0, key: value}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["simulation"], {"workload": workload})))
+    for cmd in ("validate", "simulate"):
+        _refused(run_slaq([cmd, str(cfg)], cwd=tmp_path), f"simulation.workload.{key}", "<= 1e+09")
+
+
 def test_simulate_out_is_checked_before_anything_moves(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(GOOD))

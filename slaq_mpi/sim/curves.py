@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,8 +141,10 @@ class CurveLibrary:
                     )
                     for i in range(len(off) - 1)
                 ]
-        except (OSError, KeyError, ValueError, IndexError, TypeError, AttributeError):
-            # TypeError: a .npy file (np.load gives an array, not an archive); ValueError: text
+        except (OSError, KeyError, ValueError, IndexError, TypeError, AttributeError, EOFError,
+                zipfile.BadZipFile, zlib.error):
+            # TypeError: a .npy file (np.load gives an array, not an archive); ValueError: text;
+            # BadZipFile, EOFError, zlib.error: a truncated or damaged archive
             raise DataError(f"{p}: not a curve library (the .npz file `slaq curves record` "
                             "writes)") from None
         return cls(curves)

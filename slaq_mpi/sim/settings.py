@@ -96,11 +96,16 @@ class SimSettings:
         return self.scaling.get(algorithm) or self.scaling.get("default") or ScalingParams()
 
 
-def _num(val: Any, where: str, lo: float, open_lo: bool = False) -> float:
+def _num(val: Any, where: str, lo: float, open_lo: bool = False, hi: float = math.inf) -> float:
     ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
-    if not ok or val < lo or (open_lo and val == lo):
-        raise ConfigError(where, val, f"must be a number {'>' if open_lo else '>='} {lo:g}")
+    if not ok or val < lo or (open_lo and val == lo) or val > hi:
+        upper = "" if hi == math.inf else f" and <= {hi:g}"
+        raise ConfigError(where, val, f"must be a number {'>' if open_lo else '>='} {lo:g}{upper}")
     return float(val)
+
+
+MAX_SECONDS = 1e9  # about 32 years: the largest mean gap or start time of a workload
+MAX_WEIGHT = 1e9  # the largest template weight of workload.mix (weights are relative)
 
 
 #: Largest ``workload.size_jitter``: the sigma of a lognormal, so 5 already spreads job sizes
@@ -255,13 +260,13 @@ def _workload(raw: Any, spec: Any) -> WorkloadSettings:
         raise ConfigError(f"{w}.mean_gap", None, "this key is required: mean seconds between arrivals")
     names = {j.name for j in spec.jobs}
     mix = _keys(wl.get("mix", {}) or {}, f"{w}.mix", names)
-    weights = {str(k): _num(v, f"{w}.mix.{k}", 0.0) for k, v in mix.items()}
+    weights = {str(k): _num(v, f"{w}.mix.{k}", 0.0, hi=MAX_WEIGHT) for k, v in mix.items()}
     if weights and sum(weights.values()) <= 0:
         raise ConfigError(f"{w}.mix", dict(mix), "at least one template weight must be > 0")
     return WorkloadSettings(
         jobs=integer(wl["jobs"], f"{w}.jobs", 1, MAX_JOBS),
-        mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0),
-        start=_num(wl.get("start", 0.0), f"{w}.start", 0.0),
+        mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0, hi=MAX_SECONDS),
+        start=_num(wl.get("start", 0.0), f"{w}.start", 0.0, hi=MAX_SECONDS),
         mix=weights,
         size_jitter=_jitter(wl.get("size_jitter", 0.3), f"{w}.size_jitter"),
     )
