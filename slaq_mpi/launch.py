@@ -127,6 +127,20 @@ def _kept(run_dir: Path, key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def check_history(run_dir: Path) -> None:
+    """Refuse to resume a run whose metrics.h5 (its history, read back by rank 0) is missing or
+    cannot be read, before any rank starts."""
+    from slaq_mpi.metrics import RunRecord
+
+    try:
+        RunRecord.read(run_dir / "metrics.h5")
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        why = "it is missing" if isinstance(exc, FileNotFoundError) else f"it cannot be read ({exc})"
+        raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and "
+                          f"{why}; the run cannot be resumed: start a new run with slaq run "
+                          "CONFIG") from None
+
+
 def start_dir(run_dir: Path) -> Path | None:
     """The directory the run in ``run_dir`` started in (kept in metrics.h5), where a resume
     reads its config's relative paths; None if not kept, or gone."""
@@ -305,9 +319,11 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
 
 
 def _check_start(spec: ExperimentSpec, run_dir: Path, resume: bool) -> None:
-    """What must hold before a run starts: a resumed run's data files are unchanged; a fresh
+    """What must hold before a run starts (checked by the launcher, and by rank 0 alone under a
+    launch): a resumed run's history can be read back and its data files are unchanged; a fresh
     run's output_dir may be moved aside, and its generated data fits on the disk."""
     if resume:
+        check_history(run_dir)
         check_data_unchanged(run_dir, spec)
     else:
         rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))

@@ -769,3 +769,22 @@ def test_key_and_syntax_errors_read_as_one_exact_line(tmp_path: Path) -> None:
              "parameter p is 'x'; it must be a finite number (docs/policies.md gives each "
              "parameter's range)")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_resume_refuses_a_run_whose_history_is_gone_before_any_rank_starts(damage: str,
+                                                                          tmp_path: Path) -> None:
+    import json
+
+    run = tmp_path / "runs" / "t"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(GOOD, sort_keys=False))
+    (run / "state.json").write_text(json.dumps({"epoch": 3, "elapsed": 2.0, "finished": False}))
+    if damage == "truncated":
+        (run / "metrics.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(600))
+    proc = run_slaq(["run", "--resume", str(run)], cwd=tmp_path)
+    _refused(proc, "--resume", "its metrics.h5 holds the run's history",
+             "missing" if damage == "missing" else "cannot be read")
+    assert "rank" not in proc.stdout + proc.stderr  # refused before the launch
+    assert sorted(p.name for p in run.iterdir()) == sorted(
+        ["config.yaml", "state.json"] + (["metrics.h5"] if damage == "truncated" else []))
