@@ -425,3 +425,16 @@ def test_a_failed_metrics_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_p
         write_metrics(path, bad)
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.h5"]
     assert np.array_equal(read_metrics(path).alloc, run.alloc)
+
+
+def test_time_noise_spreads_speeds_without_changing_their_mean() -> None:
+    from slaq_mpi.policies import get_policy
+
+    jobs = [linear_job(f"j{i}", n=100000, work=0.01) for i in range(20)]  # 0.01 s/iter on 1 core
+    done = {}
+    for noise in (0.0, 0.5):
+        run = simulate(jobs, get_policy("fair"), capacity=20, epoch_seconds=1.0, max_epochs=200,
+                       time_noise=noise, seed=7)
+        done[noise] = np.array([len(t.loss) for t in run.jobs.values()], dtype=float)
+    assert done[0.0].std() == 0 and done[0.5].std() > 0  # the noise spreads the jobs' progress
+    assert abs(done[0.5].mean() / done[0.0].mean() - 1) < 0.03  # ... not its mean

@@ -85,10 +85,15 @@ def _utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float]
 
 
 def _speed(s: _State, cores: int, noise: float) -> float:
-    """Seconds per iteration of job ``s`` on ``cores`` cores this epoch (one noise draw)."""
+    """Seconds per iteration of job ``s`` on ``cores`` cores this epoch (one noise draw).
+
+    ``noise`` is the relative standard deviation of the job's speed (iterations per second):
+    the speed is multiplied by a lognormal factor of mean 1, so noise changes no job's mean
+    speed (a normal factor on the seconds, floored, made every job faster on average)."""
     tpi = s.job.scaling.seconds(cores)
     if noise > 0:
-        tpi *= max(0.1, 1.0 + noise * float(s.rng.standard_normal()))
+        sigma = math.sqrt(math.log1p(noise * noise))
+        tpi *= math.exp(sigma * float(s.rng.standard_normal()) + 0.5 * sigma * sigma)
     return tpi
 
 

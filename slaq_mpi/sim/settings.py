@@ -19,7 +19,7 @@ Every key is optional (inside ``workload:``, ``jobs`` and ``mean_gap`` are requi
       scaling:                 # seconds/iter(a) = work/a + overhead + comm * log2(a)
         default: {overhead: 0.05, comm: 0.01}
         kmeans: {overhead: 0.08, cost: 2.0e-9}   # cost: 1-core seconds per row*feature
-      time_noise: 0.0          # relative std of each epoch's seconds/iteration
+      time_noise: 0.0          # relative std of each job's speed, drawn every epoch (mean kept)
       reconfigure_seconds: 0.0 # time lost by a job whose core count changes
       epoch_model: fluid       # fluid: iterations flow across epochs; live: like `slaq run`
                                # (>= 1 whole iteration per epoch; the slowest job sets its end)
