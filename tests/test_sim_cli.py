@@ -108,6 +108,10 @@ def test_fit_scaling_recovers_the_model() -> None:
     assert got.comm == pytest.approx(0.01, abs=1e-6)
     single = fit_scaling([(4, 1.0), (4, 1.2)])
     assert single.work == pytest.approx(4.4)
+    # slower on more cores (an oversubscribed node): one core must still take time
+    slower = fit_scaling([(2, 0.12), (2, 0.11), (3, 0.25), (3, 0.3)])
+    assert slower.seconds(1) > 0.1 and slower.comm == 0.0
+    assert slower.seconds(2) == pytest.approx(slower.seconds(3))  # the best fit without log2(a)
 
 
 def as_real_run(run_dir: Path) -> None:

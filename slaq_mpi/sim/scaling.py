@@ -39,7 +39,9 @@ class ScalingModel:
 def fit_scaling(pairs: Iterable[tuple[float, float]]) -> ScalingModel:
     """Least-squares non-negative fit of the model to observed (cores, seconds) pairs.
 
-    With observations at one core count only, all the time is attributed to ``work``.
+    With observations at one core count only, all the time is attributed to ``work``. A fit
+    that would make one core take no time (all of it in the ``log2`` term) is redone without
+    that term.
     """
     data = np.array([(float(a), float(s)) for a, s in pairs if a >= 1 and s > 0 and math.isfinite(s)])
     if len(data) == 0:
@@ -49,4 +51,9 @@ def fit_scaling(pairs: Iterable[tuple[float, float]]) -> ScalingModel:
         return ScalingModel(work=float(np.median(s * a)))
     A = np.column_stack((1.0 / a, np.ones_like(a), np.log2(a)))
     coef, _ = nnls(A, s)
+    if coef[0] + coef[1] <= 1e-9 * float(np.median(s)):
+        # all the time in the log2 term: one core would take no time at all (iterations that
+        # got slower with more cores, as on an oversubscribed node); fit without that term
+        coef, _ = nnls(A[:, :2], s)
+        coef = np.append(coef, 0.0)
     return ScalingModel(work=float(coef[0]), overhead=float(coef[1]), comm=float(coef[2]))
