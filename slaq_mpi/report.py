@@ -226,6 +226,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if alike:
         l_star = common_l_star(runs.values())
         rows, window = summarize_runs(runs, l_star, chosen)
+        if len({run.mode for run in runs.values()}) > 1:
+            say("note: real and simulated runs share each job's L* (its lowest loss in any run "
+                "given), but a simulated job follows a recorded or analytic curve, not this data: "
+                "its losses, and the loss figures, need not match the real run's; "
+                "`slaq sim-check RUN_DIR` compares their allocations")
         say(window_line(window, bool(args.window)))
     else:  # nothing in common to compare: each run on its own L* and window
         rows = {label: summarize_runs({label: run}, None, chosen)[0][label] for label, run in runs.items()}

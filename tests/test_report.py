@@ -274,3 +274,14 @@ def test_real_and_simulated_runs_are_labelled_apart(sim_dir: Path, tmp_path: Pat
     rows, _ = summarize_runs(runs)
     assert "vs fair:" not in format_comparison(rows)  # no real-vs-simulated comparison
     assert sorted(load_runs([sim_dir / "fair", sim_dir / "fifo"])) == ["fair", "fifo"]
+
+
+def test_a_report_of_real_and_simulated_runs_says_their_losses_need_not_match(
+        sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real = read_metrics(sim_dir / "fair")
+    real.mode = "run"
+    write_metrics(tmp_path / "real" / "metrics.h5", real)
+    for dirs, said in (([tmp_path / "real", sim_dir / "fair"], True), ([sim_dir / "fair"], False)):
+        args = parse(["report", *map(str, dirs), "--no-plots"])
+        assert args.func(args) == 0
+        assert ("note: real and simulated runs share each job's L*" in capsys.readouterr().out) == said
