@@ -247,7 +247,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
     return ExperimentSpec(
         name=name,
         output_dir=output_dir,
-        epoch_seconds=_float(top.get("epoch_seconds", 2.0), "epoch_seconds", lo=0.05),
+        epoch_seconds=number(top.get("epoch_seconds", 2.0), "epoch_seconds", lo=0.05),
         policy=policy,
         policy_params=policy_params,
         ranks=ranks,
@@ -344,7 +344,7 @@ def _job(raw: Any, i: int, seed: int, check_files: bool) -> JobSpec:
         algorithm=str(algorithm),
         dataset=dataset,
         hyperparameters=dict(hyper),
-        arrival=_float(job.get("arrival", 0.0), f"{where}.arrival", lo=0.0),
+        arrival=number(job.get("arrival", 0.0), f"{where}.arrival", lo=0.0),
         stop=stop,
         max_cores=max_cores,
         seed=integer(job.get("seed", seed * 1000 + i), f"{where}.seed", lo=0, hi=SEED_MAX),
@@ -545,7 +545,7 @@ def _stop(raw: Any, where: str) -> StopRule:
     if max_it is not None:
         max_it = integer(max_it, f"{where}.max_iterations", lo=1)
     if tol is not None:
-        tol = _float(tol, f"{where}.tolerance", lo=0.0, open_lo=True)
+        tol = number(tol, f"{where}.tolerance", lo=0.0, open_lo=True)
     return StopRule(max_iterations=max_it, tolerance=tol)
 
 
@@ -596,9 +596,14 @@ def integer(val: Any, where: str, lo: int, hi: int | None = None) -> int:
     return int(val)
 
 
-def _float(val: Any, where: str, lo: float, open_lo: bool = False) -> float:
-    if isinstance(val, bool) or not isinstance(val, int | float) or not math.isfinite(val):
-        raise ConfigError(where, val, f"must be a finite number {'>' if open_lo else '>='} {lo}")
-    if val < lo or (open_lo and val == lo):
-        raise ConfigError(where, val, f"must be a number {'>' if open_lo else '>='} {lo}")
+def number(val: Any, where: str, lo: float, open_lo: bool = False, hi: float = math.inf) -> float:
+    """``val`` as a float if it is a finite number ``>= lo`` (``> lo`` with ``open_lo``) and
+    ``<= hi``, else a :class:`ConfigError` naming ``where`` and the range."""
+    try:
+        ok = not isinstance(val, bool) and isinstance(val, int | float) and math.isfinite(val)
+    except OverflowError:  # an integer beyond any float
+        ok = False
+    if not ok or val < lo or (open_lo and val == lo) or val > hi:
+        upper = "" if hi == math.inf else f" and <= {hi:g}"
+        raise ConfigError(where, val, f"must be a finite number {'>' if open_lo else '>='} {lo:g}{upper}")
     return float(val)

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi.config import number
 from slaq_mpi.errors import NO_VALUE, ConfigError
 from slaq_mpi.policies._outlook import Outlook, build_outlook, min_cores_within
 from slaq_mpi.policies.slaq import SlaqPolicy, water_fill
@@ -58,13 +59,6 @@ __all__ = ["UTILITY_KEYS", "UtilityPolicy", "utility_at", "validate_utility"]
 UTILITY_KEYS = ("value", "deadline", "decay")
 _ALLOWED = "a mapping {value: >= 0, deadline: seconds >= 0 (optional), decay: seconds >= 0 (optional)}"
 _GRID = 40  # candidate core counts per job (geometric), besides the deadline-meeting one
-
-
-def _number(raw: Any, where: str) -> float:
-    ok = isinstance(raw, int | float) and not isinstance(raw, bool) and math.isfinite(raw) and raw >= 0
-    if not ok:
-        raise ConfigError(where, raw, "must be a finite number >= 0")
-    return float(raw)
 
 
 def validate_utility(raw: Any, where: str) -> dict[str, float]:
@@ -82,10 +76,10 @@ def validate_utility(raw: Any, where: str) -> dict[str, float]:
                               f"unknown key; allowed keys: {', '.join(UTILITY_KEYS)}")
     if "value" not in raw:
         raise ConfigError(f"{where}.value", None, "this key is required: what finishing the job is worth")
-    out = {"value": _number(raw["value"], f"{where}.value")}
+    out = {"value": number(raw["value"], f"{where}.value", 0.0)}
     if raw.get("deadline") is not None:
-        out["deadline"] = _number(raw["deadline"], f"{where}.deadline")
-    out["decay"] = _number(raw.get("decay", 0.0), f"{where}.decay")
+        out["deadline"] = number(raw["deadline"], f"{where}.deadline", 0.0)
+    out["decay"] = number(raw.get("decay", 0.0), f"{where}.decay", 0.0)
     if out["decay"] > 0 and "deadline" not in out:
         raise ConfigError(f"{where}.decay", raw["decay"], "needs a deadline to decay after")
     return out

@@ -31,12 +31,11 @@ import numpy as np
 from slaq_mpi.errors import ContractError, SlaqError
 from slaq_mpi.evaluation import JobTrace, RunData
 from slaq_mpi.plan import cut_time, epoch_length
+from slaq_mpi.sim.settings import EPOCH_MODELS
 from slaq_mpi.sim.workload import SimJob
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
 
 __all__ = ["EPOCH_MODELS", "SimulationError", "simulate"]
-
-EPOCH_MODELS = ("fluid", "live")
 
 
 class SimulationError(SlaqError, RuntimeError):

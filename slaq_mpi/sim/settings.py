@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi.config import MAX_RANKS, integer
+from slaq_mpi.config import MAX_RANKS, integer, number
 from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
@@ -96,14 +96,7 @@ class SimSettings:
         return self.scaling.get(algorithm) or self.scaling.get("default") or ScalingParams()
 
 
-def _num(val: Any, where: str, lo: float, open_lo: bool = False, hi: float = math.inf) -> float:
-    ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
-    if not ok or val < lo or (open_lo and val == lo) or val > hi:
-        upper = "" if hi == math.inf else f" and <= {hi:g}"
-        raise ConfigError(where, val, f"must be a number {'>' if open_lo else '>='} {lo:g}{upper}")
-    return float(val)
-
-
+EPOCH_MODELS = ("fluid", "live")  # how an epoch ends in simulation (sim/engine.py's _advance)
 MAX_SECONDS = 1e9  # about 32 years: the largest mean gap or start time of a workload
 MAX_WEIGHT = 1e9  # the largest template weight of workload.mix (weights are relative)
 
@@ -193,9 +186,9 @@ def parse_settings(spec: Any) -> SimSettings:
         p = _keys(params or {}, f"{w}.scaling.{alg}", _SCALING_KEYS)
         base = ScalingParams()
         scaling[alg] = ScalingParams(
-            overhead=_num(p.get("overhead", base.overhead), f"{w}.scaling.{alg}.overhead", 0.0),
-            comm=_num(p.get("comm", base.comm), f"{w}.scaling.{alg}.comm", 0.0),
-            cost=None if p.get("cost") is None else _num(p["cost"], f"{w}.scaling.{alg}.cost", 0.0, True),
+            overhead=number(p.get("overhead", base.overhead), f"{w}.scaling.{alg}.overhead", 0.0),
+            comm=number(p.get("comm", base.comm), f"{w}.scaling.{alg}.comm", 0.0),
+            cost=None if p.get("cost") is None else number(p["cost"], f"{w}.scaling.{alg}.cost", 0.0, True),
         )
     if "default" in scaling:
         d = scaling["default"]
@@ -211,8 +204,8 @@ def parse_settings(spec: Any) -> SimSettings:
                 cost=s.cost if "cost" in own else (d.cost if "cost" in given else None),
             )
     epoch_model = raw.get("epoch_model", "fluid")
-    if epoch_model not in ("fluid", "live"):
-        raise ConfigError(f"{w}.epoch_model", epoch_model, "allowed: fluid, live")
+    if epoch_model not in EPOCH_MODELS:
+        raise ConfigError(f"{w}.epoch_model", epoch_model, f"allowed: {', '.join(EPOCH_MODELS)}")
     max_epochs = raw.get("max_epochs")
     horizon = raw.get("horizon")
     return SimSettings(
@@ -221,12 +214,12 @@ def parse_settings(spec: Any) -> SimSettings:
         curves=str(curves),
         curve_file=curve_file,
         workload=workload,
-        work_scale=_num(raw.get("work_scale", 1.0), f"{w}.work_scale", 0.0, True),
+        work_scale=number(raw.get("work_scale", 1.0), f"{w}.work_scale", 0.0, True),
         scaling=scaling,
-        time_noise=_num(raw.get("time_noise", 0.0), f"{w}.time_noise", 0.0),
-        reconfigure_seconds=_num(raw.get("reconfigure_seconds", 0.0), f"{w}.reconfigure_seconds", 0.0),
+        time_noise=number(raw.get("time_noise", 0.0), f"{w}.time_noise", 0.0),
+        reconfigure_seconds=number(raw.get("reconfigure_seconds", 0.0), f"{w}.reconfigure_seconds", 0.0),
         max_epochs=None if max_epochs is None else integer(max_epochs, f"{w}.max_epochs", 1),
-        horizon=None if horizon is None else _num(horizon, f"{w}.horizon", 0.0, True),
+        horizon=None if horizon is None else number(horizon, f"{w}.horizon", 0.0, True),
         max_iterations=integer(raw.get("max_iterations", 20000), f"{w}.max_iterations", 1),
         epoch_model=str(epoch_model),
     )
@@ -260,13 +253,13 @@ def _workload(raw: Any, spec: Any) -> WorkloadSettings:
         raise ConfigError(f"{w}.mean_gap", None, "this key is required: mean seconds between arrivals")
     names = {j.name for j in spec.jobs}
     mix = _keys(wl.get("mix", {}) or {}, f"{w}.mix", names)
-    weights = {str(k): _num(v, f"{w}.mix.{k}", 0.0, hi=MAX_WEIGHT) for k, v in mix.items()}
+    weights = {str(k): number(v, f"{w}.mix.{k}", 0.0, hi=MAX_WEIGHT) for k, v in mix.items()}
     if weights and sum(weights.values()) <= 0:
         raise ConfigError(f"{w}.mix", dict(mix), "at least one template weight must be > 0")
     return WorkloadSettings(
         jobs=integer(wl["jobs"], f"{w}.jobs", 1, MAX_JOBS),
-        mean_gap=_num(wl["mean_gap"], f"{w}.mean_gap", 0.0, hi=MAX_SECONDS),
-        start=_num(wl.get("start", 0.0), f"{w}.start", 0.0, hi=MAX_SECONDS),
+        mean_gap=number(wl["mean_gap"], f"{w}.mean_gap", 0.0, hi=MAX_SECONDS),
+        start=number(wl.get("start", 0.0), f"{w}.start", 0.0, hi=MAX_SECONDS),
         mix=weights,
         size_jitter=_jitter(wl.get("size_jitter", 0.3), f"{w}.size_jitter"),
     )
