@@ -111,8 +111,10 @@ def speedups(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
     In every epoch the job is active, its speedup is the true normalized loss reduction it
     made over the reduction it would have made from the same iteration on an equal share
     ``min(max_cores, capacity / N_e)`` (``N_e`` jobs active at the epoch start) for the same
-    time; a job's speedup is the time-weighted mean over the epochs where that equal share
-    would make progress (NaN if none). Losses past the last recorded one count as flat.
+    time (0 in an epoch whose loss rose: near convergence a loss that creeps up by a hair,
+    over the hair an equal share would have gained, gave ratios such as -150); a job's
+    speedup is the time-weighted mean over the epochs where that equal share would make
+    progress (NaN if none). Losses past the last recorded one count as flat.
     """
     times = np.asarray(run.epoch_time, dtype=np.float64)
     names = list(run.jobs)
@@ -142,7 +144,8 @@ def speedups(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
         ok = fair > 1e-12
         if ok.any():
             w = (t1 - t0)[ok]
-            out[i] = float(np.sum(w * got[ok] / fair[ok]) / max(np.sum(w), 1e-12))
+            ratio = np.maximum(got[ok] / fair[ok], 0.0)  # a loss that rose: no progress, not less
+            out[i] = float(np.sum(w * ratio) / max(np.sum(w), 1e-12))
     return out
 
 

@@ -271,6 +271,23 @@ def test_speedups_against_the_equal_share() -> None:
 
 
 
+def test_a_loss_that_creeps_up_near_convergence_counts_as_no_progress_in_a_speedup() -> None:
+    from slaq_mpi.fairness import speedups
+
+    # "a" runs alone on the 4 cores (1 s iterations) while three jobs wait: its equal share is
+    # 1 core (4 s iterations). In its last epoch its loss creeps up by a hair, where an equal
+    # share would have made one more, tiny, step down: that epoch's ratio was about -10**4.
+    loss = np.concatenate((np.arange(16.0, 4.0, -1.0), [5.0 - 1e-6], [5.02] * 3))
+    job = dataclasses.replace(timed_job("a", 0.0, 0.0, 16), loss=loss)
+    waiting = [timed_job(f"w{i}", 0.0, 0.0, 0, end=math.nan) for i in range(3)]
+    run = dataclasses.replace(four_core_run([job]), jobs={j.name: j for j in [job, *waiting]},
+                              job_names=["a", "w0", "w1", "w2"],
+                              alloc=np.zeros((4, 4), dtype=np.int32), stopped=16.0)
+    got = float(speedups(run, {"a": 0.0})[0])
+    # epochs [0,4), [4,8), [8,12): 4 iterations against 1 each; [12,16): 0
+    assert 2.0 <= got <= 4.0, got
+
+
 def test_speedup_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> None:
     # "open" runs 1 s iterations where an equal share (2 cores, "idle" waits) takes 2 s; the
     # run stopped observing at 10 s, in the epoch that began at 8 s (planned to end at 12 s)
