@@ -131,7 +131,10 @@ def read(path: Path) -> Checkpoint:
     """Load and verify one checkpoint file.
 
     Raises:
-        ValueError: the file is truncated, unreadable or fails its checksum.
+        ValueError: the file is damaged: truncated, not HDF5, missing a part, or failing its
+            checksum.
+        OSError: the file system could not read it (an ``errno``: gone, EIO, too many open
+            files, permissions): the file may well be good, so it is not called damaged.
     """
     try:
         with h5py.File(path, "r") as f:
@@ -139,7 +142,11 @@ def read(path: Path) -> Checkpoint:
             iteration = int(f.attrs["iteration"])
             last_loss = float(f.attrs["last_loss"])
             want = str(f.attrs["checksum"])
-    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno is not None:  # h5py gives format damage no errno
+            raise
+        raise ValueError(f"unreadable ({exc.__class__.__name__}: {exc})") from None
+    except (RuntimeError, KeyError, ValueError) as exc:
         raise ValueError(f"unreadable ({exc.__class__.__name__}: {exc})") from None
     if _checksum(state) != want:
         raise ValueError("checksum mismatch")
@@ -150,13 +157,17 @@ def latest(run_dir: Path, job: str, at_most: int | None = None
            ) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
     """The newest good checkpoint of ``job`` (not past iteration ``at_most``).
 
-    Returns the checkpoint (None if there is none) and the files skipped as bad, each with
-    the reason.
+    Returns the checkpoint (None if there is none) and the files skipped as damaged, each
+    with the reason. A file that vanished is passed over; any other error of the file system
+    (EIO, too many open files) is raised: it says nothing about the file, which must not be
+    set aside as damaged.
     """
     bad: list[tuple[Path, str]] = []
     for _it, path in reversed(_files(run_dir, job)):
         try:
             ckpt = read(path)
+        except FileNotFoundError:
+            continue
         except ValueError as exc:
             bad.append((path, str(exc)))
             continue

@@ -75,6 +75,30 @@ def test_corrupt_newest_checkpoint_falls_back(tmp_path: Path) -> None:
     assert len(notes) == 1 and notes[0][0] == newest and "unreadable" in notes[0][1]
 
 
+def test_a_file_system_error_is_not_taken_for_a_damaged_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import h5py
+
+    checkpoint.write(tmp_path, "j", 1, 1.0, {"w": np.ones(10)})
+    newest = checkpoint.write(tmp_path, "j", 2, 0.5, {"w": np.full(10, 2.0)})
+    real = h5py.File
+
+    def flaky(path: object, *args: object, **kwargs: object) -> object:
+        if Path(str(path)) == newest:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.h5py, "File", flaky)
+    with pytest.raises(OSError, match="Input/output error"):  # not skipped as damaged
+        checkpoint.latest(tmp_path, "j")
+    monkeypatch.setattr(checkpoint.h5py, "File", real)
+    newest.unlink()  # with the I/O error gone (and the file), the previous checkpoint is used
+    ckpt, notes = checkpoint.latest(tmp_path, "j")
+    assert ckpt is not None and ckpt.iteration == 1 and notes == []
+
+
 def test_flipped_bytes_fail_the_checksum(tmp_path: Path) -> None:
     path = checkpoint.write(tmp_path, "j", 1, 1.0, {"w": np.arange(5000.0)})
     data = bytearray(path.read_bytes())
