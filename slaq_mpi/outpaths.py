@@ -8,6 +8,7 @@ after minutes of work.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from slaq_mpi.errors import ConfigError
@@ -25,7 +26,8 @@ def nearest_existing(path: str | Path) -> Path:
 
 def check_writable(directory: str | Path, key: str, shown: str | Path) -> None:
     """Refuse to write in ``directory`` (which may not exist yet: it is created with its
-    parents) unless its closest existing ancestor is a directory this process may write in.
+    parents) unless its closest existing ancestor is a directory this process may write in
+    (checked by creating and removing an empty file there).
 
     Raises:
         ConfigError: naming ``key`` and ``shown`` (the value as the user gave it) and the
@@ -34,3 +36,10 @@ def check_writable(directory: str | Path, key: str, shown: str | Path) -> None:
     base = nearest_existing(directory)
     if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
         raise ConfigError(key, str(shown), f"cannot be written: {base} is not a writable directory")
+    try:  # os.access says yes to root everywhere, /proc included: try it
+        fd, probe = tempfile.mkstemp(prefix=".slaq-probe-", dir=base)
+    except OSError as exc:
+        raise ConfigError(key, str(shown), f"cannot be written: {base} is not a writable directory "
+                          f"({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)

@@ -440,7 +440,7 @@ def test_simulate_out_is_checked_before_anything_moves(tmp_path: Path) -> None:
         _refused(run_slaq(["simulate", str(cfg), "--out", "sim"], cwd=tmp_path),
                  "--out", "another slaq run is using it")
     _refused(run_slaq(["simulate", str(cfg), "--out", "/proc/slaq-sim"], cwd=tmp_path),
-             "--out: '/proc/slaq-sim'", "cannot create its lock file")
+             "--out: '/proc/slaq-sim'", "/proc is not a writable directory")
     assert (old / "fair" / "metrics.h5").read_text() == "earlier"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
         "bad.yaml", "c.yaml", "sim"]

@@ -209,7 +209,8 @@ def test_report_out_is_checked_before_anything_is_printed(sim_dir: Path, tmp_pat
 
     (tmp_path / "figs" / "core_share.png").mkdir(parents=True)
     for out, needle in (("", "must name a directory"),
-                        (str(tmp_path / "figs"), "holds core_share.png, which is not a file")):
+                        (str(tmp_path / "figs"), "holds core_share.png, which is not a file"),
+                        ("/proc/slaq-figs", "/proc is not a writable directory")):  # even as root
         args = parse(["report", str(sim_dir / "fair"), "--out", out])
         with pytest.raises(ConfigError, match=needle):
             args.func(args)
