@@ -23,7 +23,14 @@ from slaq_mpi._text import count
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.datasets import fingerprint
 from slaq_mpi.durable import replacing
-from slaq_mpi.errors import EXIT_ABORTED, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, WorkerError
+from slaq_mpi.errors import (
+    EXIT_ABORTED,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    WorkerError,
+    disk_full_hint,
+)
 from slaq_mpi.generators import materialize
 from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
@@ -394,5 +401,8 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
                 coord._save(finished=False)
             except Exception as save_exc:  # the abort matters more than the record
                 print(f"slaq: could not save the record: {save_exc}", file=sys.stderr, flush=True)
+        hint = disk_full_hint(exc, run_dir)
+        if hint:
+            print(hint, file=sys.stderr, flush=True)
         comm.abort(EXIT_ABORTED)
         return EXIT_ABORTED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 # Exit statuses of `slaq run` (README): every job done; a job failed; bad input; the run
@@ -46,3 +47,20 @@ class WorkerError(SlaqError, RuntimeError):
 
 class ContractError(SlaqError, RuntimeError):
     """A policy returned an allocation the policy contract does not allow (a bug in the policy)."""
+
+
+def disk_full_hint(exc: BaseException, run_dir: object) -> str | None:
+    """What to do when ``exc`` (or the worker error it reports) is a full disk or an exhausted
+    quota (ENOSPC, EDQUOT); None for any other error."""
+    codes = {errno.ENOSPC, errno.EDQUOT}
+    seen: BaseException | None = exc
+    full = False
+    while seen is not None and not full:
+        full = isinstance(seen, OSError) and seen.errno in codes
+        seen = seen.__cause__ or seen.__context__
+    if not full and isinstance(exc, WorkerError):  # the worker's OSError, as text
+        full = any(f"[Errno {code}]" in str(exc) for code in codes)
+    if not full:
+        return None
+    return (f"slaq: the disk (or quota) holding {run_dir} is full: free space, then "
+            f"`slaq run --resume {run_dir}`; the files of the last saved epoch are intact")

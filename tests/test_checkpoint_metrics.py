@@ -199,3 +199,25 @@ def test_a_failed_metrics_write_leaves_no_temp_file(tmp_path: Path, monkeypatch:
     with pytest.raises(OSError, match="No space"):
         rec.write(tmp_path / "metrics.h5")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_gets_a_line_saying_what_to_do() -> None:
+    import errno
+
+    from slaq_mpi.errors import WorkerError, disk_full_hint
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    try:
+        try:
+            raise full
+        except OSError as exc:
+            raise RuntimeError("saving metrics.h5 failed") from exc
+    except RuntimeError as wrapped:
+        chained = wrapped
+    worker = WorkerError("rank 3 on n1 (job a): OSError: [Errno 28] No space left on device")
+    quota = OSError(errno.EDQUOT, "Disk quota exceeded")
+    for exc in (full, chained, worker, quota):
+        hint = disk_full_hint(exc, "runs/x")
+        assert hint is not None and "free space, then `slaq run --resume runs/x`" in hint, exc
+    assert disk_full_hint(OSError(errno.EIO, "Input/output error"), "runs/x") is None
+    assert disk_full_hint(ValueError("bad"), "runs/x") is None
