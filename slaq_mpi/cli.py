@@ -29,9 +29,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi.launch import check_local_ranks
     from slaq_mpi.policies import LIVE_POLICY_NAMES
     from slaq_mpi.rundir import check_fresh, holder_of
+    from slaq_mpi.slurm_settings import settings_for
 
     spec = config.load(args.config)
     check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
+    settings_for(spec)  # Slurm's defaults too, as slaq submit would
     config.check_sections(spec)
     print(
         f"{args.config}: ok: experiment {spec.name!r}, {count(len(spec.jobs), 'job')}, {spec.ranks} ranks, "

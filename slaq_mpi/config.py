@@ -208,12 +208,15 @@ def require_live(spec: ExperimentSpec) -> None:
                           f"future loss curve); a live run allows: {', '.join(LIVE_POLICY_NAMES)}")
 
 
-def check_sections(spec: ExperimentSpec) -> None:
+def check_sections(spec: ExperimentSpec, simulation_files: bool = True) -> None:
     """Validate the ``slurm:`` and ``simulation:`` sections of ``spec``.
 
     Every command that starts something from a config (``validate``, ``run``, ``submit``,
     ``simulate``) checks both, so a typo in either is refused whichever command meets it first.
-    A resumed run is not checked again: its config was accepted when it started.
+    A config without a ``slurm:`` section is not held to Slurm's defaults here (``submit``
+    checks those), and ``simulation_files=False`` (a live run) leaves out whether the
+    simulator's ``curve_file`` exists. A resumed run is not checked again: its config was
+    accepted when it started.
 
     Raises:
         ConfigError: naming the ``slurm.*`` or ``simulation.*`` key, the value and what is allowed.
@@ -221,8 +224,9 @@ def check_sections(spec: ExperimentSpec) -> None:
     from slaq_mpi.sim.settings import parse_settings
     from slaq_mpi.slurm_settings import settings_for
 
-    settings_for(spec)
-    parse_settings(spec)
+    if spec.slurm:  # a section given (parse keeps an absent one as empty)
+        settings_for(spec)
+    parse_settings(spec, check_files=simulation_files)
 
 
 def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:

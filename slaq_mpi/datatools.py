@@ -68,7 +68,7 @@ def _check_output(out: Path) -> None:
     if out.exists() or out.is_symlink():
         raise ConfigError("out", str(out), "already exists; data make and convert never replace "
                           "a file: remove it first or give a new path")
-    check_writable(out.parent, "out", out)
+    check_writable(out.parent, "out", out, probe=True)
 
 
 def _same_file(a: Path, b: Path) -> bool:

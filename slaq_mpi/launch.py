@@ -86,7 +86,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
         raise ConfigError("config", None, "give an experiment YAML, or --resume RUN_DIR")
     spec = config.load(args.config)
     config.require_live(spec)
-    config.check_sections(spec)
+    config.check_sections(spec, simulation_files=False)
     config.check_memory(spec)
     return spec, spec.output_dir, False
 
@@ -134,11 +134,21 @@ def check_history(run_dir: Path) -> None:
 
     try:
         RunRecord.read(run_dir / "metrics.h5")
-    except (OSError, KeyError, ValueError, TypeError) as exc:
-        why = "it is missing" if isinstance(exc, FileNotFoundError) else f"it cannot be read ({exc})"
-        raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and "
-                          f"{why}; the run cannot be resumed: start a new run with slaq run "
+    except FileNotFoundError:
+        raise ConfigError("--resume", str(run_dir), "its metrics.h5 holds the run's history and it "
+                          "is missing; the run cannot be resumed: start a new run with slaq run "
                           "CONFIG") from None
+    except OSError as exc:
+        if exc.errno is not None:  # the file system, not the file (h5py gives damage no errno)
+            raise ConfigError("--resume", str(run_dir), f"its metrics.h5 cannot be read now "
+                              f"({exc.strerror or exc}); fix that, then resume again") from None
+        raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and "
+                          f"it cannot be read ({exc}); the run cannot be resumed: start a new run "
+                          "with slaq run CONFIG") from None
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and "
+                          f"it cannot be read ({exc}); the run cannot be resumed: start a new run "
+                          "with slaq run CONFIG") from None
 
 
 def start_dir(run_dir: Path) -> Path | None:

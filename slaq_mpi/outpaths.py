@@ -24,10 +24,12 @@ def nearest_existing(path: str | Path) -> Path:
     return base
 
 
-def check_writable(directory: str | Path, key: str, shown: str | Path) -> None:
+def check_writable(directory: str | Path, key: str, shown: str | Path, probe: bool = False) -> None:
     """Refuse to write in ``directory`` (which may not exist yet: it is created with its
     parents) unless its closest existing ancestor is a directory this process may write in
-    (checked by creating and removing an empty file there).
+    (with ``probe``, also checked by creating and removing an empty file there: ``os.access``
+    says yes to root everywhere, /proc included; for one process's output only, not for
+    every rank of a run).
 
     Raises:
         ConfigError: naming ``key`` and ``shown`` (the value as the user gave it) and the
@@ -36,10 +38,12 @@ def check_writable(directory: str | Path, key: str, shown: str | Path) -> None:
     base = nearest_existing(directory)
     if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
         raise ConfigError(key, str(shown), f"cannot be written: {base} is not a writable directory")
-    try:  # os.access says yes to root everywhere, /proc included: try it
-        fd, probe = tempfile.mkstemp(prefix=".slaq-probe-", dir=base)
+    if not probe:
+        return
+    try:
+        fd, name = tempfile.mkstemp(prefix=".slaq-probe-", dir=base)
     except OSError as exc:
         raise ConfigError(key, str(shown), f"cannot be written: {base} is not a writable directory "
                           f"({exc.strerror or exc})") from None
     os.close(fd)
-    os.unlink(probe)
+    os.unlink(name)

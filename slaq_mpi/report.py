@@ -264,7 +264,7 @@ def check_plots_dir(out: Path, given: str | None = None) -> None:
     if taken:
         raise ConfigError("--out", shown, f"holds {taken[0]}, which is not a file; the report writes "
                           f"{', '.join(PLOT_FILES)} there")
-    check_writable(out, "--out", shown)
+    check_writable(out, "--out", shown, probe=True)
 
 
 def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path,

@@ -433,7 +433,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             print(f"slaq: note: {run_dir} holds an earlier run of this config; the job will resume it "
                   "(move it away for a fresh run)", file=sys.stderr)
         else:
-            config.check_sections(spec)
+            config.check_sections(spec, simulation_files=False)
             rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
             config.check_data_space(spec)
     script = render_sbatch(settings, config=str(Path(args.config).resolve()), run_dir=run_dir)

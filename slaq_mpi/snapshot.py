@@ -1,9 +1,8 @@
 """Frozen views of the cluster that scheduling policies read.
 
-A policy decides from a :class:`ClusterSnapshot` (and, for the model-based policies, its own
-memory of the last decision's fits): the live coordinator and the simulator build snapshots
-the same way, call the same policy code and check its answer with the same
-:func:`checked_allocation`.
+A policy is a pure function of a :class:`ClusterSnapshot`: the live coordinator and the
+simulator build snapshots the same way, call the same policy code and check its answer with
+the same :func:`checked_allocation`.
 """
 
 from __future__ import annotations

@@ -243,6 +243,19 @@ def test_every_command_checks_the_simulation_and_slurm_sections(command: list[st
     assert not (tmp_path / "runs").exists()  # refused before anything started
 
 
+def test_a_live_run_is_not_held_to_what_only_submit_or_simulate_need(tmp_path: Path) -> None:
+    """No slurm: section: no Slurm default (1 h, a warning 3 epochs ahead) applies to a run;
+    a curve library missing here matters to `slaq simulate` only."""
+    from slaq_mpi import config
+
+    for changes in ({"epoch_seconds": 1500}, {"simulation": {"curve_file": "libs/mine.npz"}}):
+        raw = {**_with(["output_dir"], str(tmp_path / "run")), **changes}
+        config.check_sections(config.parse(raw), simulation_files=False)  # as slaq run does
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "libs/mine.npz"})))
+    _refused(run_slaq(["simulate", str(cfg)], cwd=tmp_path), "simulation.curve_file", "does not exist")
+
+
 def test_validate_notes_a_simulation_only_policy(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(_with(["policy"], "oracle")))
@@ -440,7 +453,7 @@ def test_simulate_out_is_checked_before_anything_moves(tmp_path: Path) -> None:
         _refused(run_slaq(["simulate", str(cfg), "--out", "sim"], cwd=tmp_path),
                  "--out", "another slaq run is using it")
     _refused(run_slaq(["simulate", str(cfg), "--out", "/proc/slaq-sim"], cwd=tmp_path),
-             "--out: '/proc/slaq-sim'", "/proc is not a writable directory")
+             "--out: '/proc/slaq-sim'", "cannot create its lock file")
     assert (old / "fair" / "metrics.h5").read_text() == "earlier"
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
         "bad.yaml", "c.yaml", "sim"]

@@ -151,7 +151,7 @@ def _library_out(text: str) -> Path:
     where = out.resolve().parent
     if not where.exists():
         raise ConfigError("--out", text, f"cannot be written: the directory {where} does not exist")
-    check_writable(where, "--out", text)
+    check_writable(where, "--out", text, probe=True)
     return out
 
 

@@ -127,8 +127,9 @@ def _keys(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
     return raw
 
 
-def parse_settings(spec: Any) -> SimSettings:
-    """Validate ``spec.simulation`` (an :class:`~slaq_mpi.config.ExperimentSpec`).
+def parse_settings(spec: Any, check_files: bool = True) -> SimSettings:
+    """Validate ``spec.simulation`` (an :class:`~slaq_mpi.config.ExperimentSpec`);
+    ``check_files=False`` leaves out whether ``curve_file`` exists.
 
     Raises:
         ConfigError: naming the ``simulation.*`` key, the bad value and what is allowed.
@@ -170,10 +171,10 @@ def parse_settings(spec: Any) -> SimSettings:
         raise ConfigError(f"{w}.curve_file", curve_file, "must be a path to a .npz curve library")
     if curve_file is not None:
         curve_file = os.path.expanduser(curve_file)
-    if curve_file is not None and Path(curve_file).is_dir():
+    if check_files and curve_file is not None and Path(curve_file).is_dir():
         raise ConfigError(f"{w}.curve_file", curve_file, "is a directory; give the .npz file that "
                           "`slaq curves record --out FILE` wrote")
-    if curve_file is not None and not Path(curve_file).is_file():
+    if check_files and curve_file is not None and not Path(curve_file).is_file():
         raise ConfigError(f"{w}.curve_file", curve_file, "the file does not exist (relative paths "
                           "are read from the working directory; write one with "
                           "`slaq curves record --out FILE`)")
