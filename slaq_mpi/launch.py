@@ -134,21 +134,18 @@ def check_history(run_dir: Path) -> None:
 
     try:
         RunRecord.read(run_dir / "metrics.h5")
+        return
     except FileNotFoundError:
-        raise ConfigError("--resume", str(run_dir), "its metrics.h5 holds the run's history and it "
-                          "is missing; the run cannot be resumed: start a new run with slaq run "
-                          "CONFIG") from None
+        why = "it is missing"
     except OSError as exc:
         if exc.errno is not None:  # the file system, not the file (h5py gives damage no errno)
             raise ConfigError("--resume", str(run_dir), f"its metrics.h5 cannot be read now "
                               f"({exc.strerror or exc}); fix that, then resume again") from None
-        raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and "
-                          f"it cannot be read ({exc}); the run cannot be resumed: start a new run "
-                          "with slaq run CONFIG") from None
+        why = f"it cannot be read ({exc})"
     except (KeyError, ValueError, TypeError) as exc:
-        raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and "
-                          f"it cannot be read ({exc}); the run cannot be resumed: start a new run "
-                          "with slaq run CONFIG") from None
+        why = f"it cannot be read ({exc})"
+    raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and {why}; "
+                      "the run cannot be resumed: start a new run with slaq run CONFIG")
 
 
 def start_dir(run_dir: Path) -> Path | None:

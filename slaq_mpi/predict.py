@@ -156,17 +156,6 @@ class CurveFit:
                                  for f in self.__dataclass_fields__}
         return CurveFit(**parts)
 
-    def scatter(self, rows: np.ndarray, other: CurveFit) -> CurveFit:
-        """These fits with rows ``rows`` replaced by ``other``'s, row for row."""
-        out = {}
-        for f in self.__dataclass_fields__:
-            mine, theirs = getattr(self, f), getattr(other, f)
-            if mine is not None and theirs is not None:
-                mine = mine.copy()
-                mine[rows] = theirs
-            out[f] = mine
-        return CurveFit(**out)
-
     def _col(self, arr: np.ndarray, more: np.ndarray) -> np.ndarray:
         return arr.reshape(arr.shape + (1,) * (more.ndim - 1)) if more.ndim > 1 else arr
 
@@ -247,26 +236,11 @@ def tail_windows(
     return values, mask, n
 
 
-def max_drops(
-    histories: Sequence[Sequence[float] | np.ndarray],
-    start: np.ndarray | None = None,
-    previous: np.ndarray | None = None,
-) -> np.ndarray:
-    """The largest one-iteration loss reduction of every history (0 if none).
-
-    With ``start`` (per job, an index into its history) and ``previous`` (the result for the
-    history up to ``start``), only losses from ``start - 1`` on are read: incremental update.
-    """
+def max_drops(histories: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
+    """The largest one-iteration loss reduction of every history (0 if none)."""
     jobs = len(histories)
-    if start is None:
-        start = np.zeros(jobs, dtype=np.int64)
-        previous = np.zeros(jobs)
-    lo = np.maximum(np.asarray(start, dtype=np.int64) - 1, 0)
-    prev = np.zeros(jobs) if previous is None else np.asarray(previous, dtype=np.float64)
-    n = np.fromiter((len(h) for h in histories), dtype=np.int64, count=jobs)
-    seg = np.maximum(n - lo, 0)
-    lo_list = lo.tolist()
-    flat = _flat([h[s:] for h, s in zip(histories, lo_list, strict=True)], int(seg.sum()))
+    seg = np.fromiter((len(h) for h in histories), dtype=np.int64, count=jobs)
+    flat = _flat(histories, int(seg.sum()))
     drops = np.zeros(flat.shape[0])
     if flat.shape[0] > 1:
         with np.errstate(invalid="ignore"):  # inf - inf: NaN, zeroed below
@@ -275,9 +249,9 @@ def max_drops(
     has = seg > 0
     drops[starts[has]] = 0.0
     drops = np.where(np.isfinite(drops), np.maximum(drops, 0.0), 0.0)
-    out = prev.copy()
+    out = np.zeros(jobs)
     if has.any():
-        out[has] = np.maximum(prev[has], np.maximum.reduceat(drops, starts[has]))
+        out[has] = np.maximum.reduceat(drops, starts[has])
     return out
 
 
