@@ -221,3 +221,42 @@ def test_a_full_disk_gets_a_line_saying_what_to_do() -> None:
         assert hint is not None and "free space, then `slaq run --resume runs/x`" in hint, exc
     assert disk_full_hint(OSError(errno.EIO, "Input/output error"), "runs/x") is None
     assert disk_full_hint(ValueError("bad"), "runs/x") is None
+
+
+def test_a_damaged_history_is_refused_as_bad_input_whatever_h5py_raises(tmp_path: Path) -> None:
+    """A resume reads metrics.h5 before any rank starts: damage anywhere in it (h5py raises
+    RuntimeError for a broken attribute block, KeyError, OSError, ValueError... elsewhere)
+    must end in the one-line refusal (ConfigError, exit 2), never a traceback."""
+    from slaq_mpi.errors import ConfigError
+    from slaq_mpi.launch import check_history
+
+    jobs = {name: JobRecord(name=name, algorithm="logreg", convergence="sublinear", arrival=0.0,
+                            max_cores=4, loss=[1.0 / (k + 1) for k in range(300)],
+                            time=[0.1 * k for k in range(300)], cores=[2] * 300,
+                            iter_seconds=[0.1] * 300, throughput=[(2, 0.1)], status="running")
+            for name in ("a", "b", "c")}
+    rec = RunRecord(attrs={"name": "x", "policy": "slaq", "capacity": 8, "epoch": 3}, jobs=jobs)
+    for e in range(20):
+        rec.add_epoch(2.0 * e, {"a": 2, "b": 3, "c": 3}, 0.1, e == 0)
+    good = tmp_path / "good.h5"
+    rec.write(good)
+    data = good.read_bytes()
+    rng = np.random.default_rng(11)
+    kinds: set[str] = set()
+    for i in range(40):
+        run = tmp_path / f"run{i}"
+        run.mkdir()
+        bad = bytearray(data)
+        at = int(rng.integers(0, len(bad) - 8))
+        bad[at:at + 8] = rng.integers(0, 256, 8, dtype=np.uint8).tobytes()
+        (run / "metrics.h5").write_bytes(bytes(bad))
+        try:
+            RunRecord.read(run / "metrics.h5")
+            kinds.add("read")
+        except Exception as exc:  # noqa: BLE001 - which errors damage gives is the point
+            kinds.add(type(exc).__name__)
+        try:
+            check_history(run)
+        except ConfigError as exc:
+            assert "metrics.h5" in str(exc), exc
+    assert "RuntimeError" in kinds, kinds  # the damage this test exists for did occur

@@ -109,7 +109,7 @@ def read_metrics(path: str | Path) -> RunData:
             return _read(f, p)
     except DataError:
         raise
-    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+    except (OSError, RuntimeError, LookupError, ValueError, TypeError, AttributeError) as exc:
         raise DataError(f"{p}: truncated or damaged metrics file ({exc})") from None
 
 
