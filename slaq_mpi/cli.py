@@ -33,8 +33,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     spec = config.load(args.config)
     check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
-    settings_for(spec)  # Slurm's defaults too, as slaq submit would
-    config.check_sections(spec)
+    config.check_sections(spec)  # a slurm: section given is checked in full here
     print(
         f"{args.config}: ok: experiment {spec.name!r}, {count(len(spec.jobs), 'job')}, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"
@@ -44,6 +43,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             check(spec)
         except ConfigError as exc:  # a config may be for `slaq simulate` only: a note, not an error
             print(f"{args.config}: note: slaq run would refuse it here: {exc}")
+    if not spec.slurm:  # run and simulate need none; submit would fill in Slurm's defaults
+        try:
+            settings_for(spec)
+        except ConfigError as exc:
+            print(f"{args.config}: note: slaq submit would refuse it (no slurm: section, so "
+                  f"Slurm's defaults): {exc}")
     for problem in config.memory_notes(spec):  # the nodes that train may have more memory
         print(f"{args.config}: note: slaq run would refuse it here: {problem}")
     holder = holder_of(spec.output_dir)

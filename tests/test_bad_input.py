@@ -801,3 +801,17 @@ def test_resume_refuses_a_run_whose_history_is_gone_before_any_rank_starts(damag
     assert "rank" not in proc.stdout + proc.stderr  # refused before the launch
     assert sorted(p.name for p in run.iterdir()) == sorted(
         ["config.yaml", "state.json"] + (["metrics.h5"] if damage == "truncated" else []))
+
+
+def test_validate_accepts_what_run_accepts_and_notes_what_only_submit_refuses(tmp_path: Path) -> None:
+    """No slurm: section: Slurm's default 1 h limit (with a warning 3 epochs ahead) leaves no
+    room for 1,500 s epochs; run and simulate take the config, so validate does, with a note."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**_with(["epoch_seconds"], 1500)}))
+    proc = run_slaq(["validate", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{cfg}: note: slaq submit would refuse it (no slurm: section" in proc.stdout, proc.stdout
+    assert "slurm.time" in proc.stdout, proc.stdout
+    with_section = {**_with(["epoch_seconds"], 1500), "slurm": {"time": "00:30:00"}}
+    cfg.write_text(yaml.safe_dump(with_section))
+    _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "slurm.time")  # a section given: checked
