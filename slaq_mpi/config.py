@@ -470,11 +470,11 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     memory, said = here
     count = getattr(solver, "class_count", "")
 
-    def needs(values: Mapping[str, Any]) -> int:
+    def needs(values: Mapping[str, Any], rows: int = sizes.rows) -> int:
         params = {**solver.defaults, **values}
         if count and params[count] == 0 and sizes.top_label is not None:
             params[count] = int(sizes.top_label) + 1  # the classes the labels need
-        return int(estimate(params, sizes.rows, sizes.features, sizes.iterations))
+        return int(estimate(params, rows, sizes.features, sizes.iterations))
 
     try:
         need = needs(hyper)
@@ -487,13 +487,19 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     key, fits = _smaller_value(hyper, solver, needs, need, memory)
     if key is not None:
         what += f" with {key} {hyper[key]!r}"
-    what += (f" on {sizes.features} features needs about {format_bytes(need)} on every rank for its "
-             f"model and a step's buffers; {said}")
-    if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too wide
+    one_row = needs(hyper, 1)
+    held = "its rows of data, " if one_row < need else ""  # a solver that densifies its data
+    shape = f"{sizes.rows} rows x {sizes.features} features" if held else f"{sizes.features} features"
+    what += (f" on {shape} needs about {format_bytes(need)} on every rank for {held}its model "
+             f"and a step's buffers; {said}")
+    if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too big
         data = sizes.dataset
-        at, value = ((f"{where}.dataset.features", sizes.features) if data.generator is not None
-                     else (f"{where}.dataset.path", data.path))
-        return at, value, what + "; use a smaller model or fewer features"
+        fewer_rows = one_row <= memory  # a job starts on one rank, which holds every row
+        at, value = ((f"{where}.dataset.rows", sizes.rows) if fewer_rows else
+                     (f"{where}.dataset.features", sizes.features)) if data.generator is not None \
+            else (f"{where}.dataset.path", data.path)
+        return at, value, what + ("; use fewer rows or features" if fewer_rows
+                                  else "; use a smaller model or fewer features")
     return f"{where}.hyperparameters.{key}", hyper[key], what + (
         f"; {key} must be at most {fits} to fit at all" if fits is not None
         else f"; a smaller {key} fits")

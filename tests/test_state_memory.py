@@ -90,8 +90,10 @@ def test_gbt_counts_the_rows_it_densifies(tmp_path: Path, memory: None) -> None:
     """gbt densifies its rows, a sparse file's too: 20,000 rows of 10**7 features cannot fit,
     however small the trees."""
     wide = {"generator": "regression", "rows": 20000, "features": 10**7, "density": 1e-4}
-    with pytest.raises(ConfigError, match=r"jobs\[0\]\.dataset\.features: 10000000 .* gbt on "
-                                          r"10000000 features needs about 3\.09 TiB"):
+    with pytest.raises(ConfigError, match=r"jobs\[0\]\.dataset\.rows: 20000 .* gbt on 20000 rows x "
+                                          r"10000000 features needs about 3\.09 TiB on every rank for "
+                                          r"its rows of data, its model and a step's buffers; .*; "
+                                          r"use fewer rows or features$"):
         _parse(_raw(tmp_path, "gbt", wide, max_depth=1, bins=2))
     _parse(_raw(tmp_path, "gbt", {**wide, "features": 1000}, max_depth=1, bins=2))  # 0.3 GiB
 
