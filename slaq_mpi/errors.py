@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import shlex
 from typing import Any
 
 # Exit statuses of `slaq run` (README): every job done; a job failed; bad input; the run
@@ -63,4 +64,5 @@ def disk_full_hint(exc: BaseException, run_dir: object) -> str | None:
     if not full:
         return None
     return (f"slaq: the disk (or quota) holding {run_dir} is full: free space, then "
-            f"`slaq run --resume {run_dir}`; the files of the last saved epoch are intact")
+            f"`slaq run --resume {shlex.quote(str(run_dir))}`; the files of the last saved epoch "
+            "are intact")

@@ -219,6 +219,7 @@ def test_a_full_disk_gets_a_line_saying_what_to_do() -> None:
     for exc in (full, chained, worker, quota):
         hint = disk_full_hint(exc, "runs/x")
         assert hint is not None and "free space, then `slaq run --resume runs/x`" in hint, exc
+    assert "`slaq run --resume 'my runs/x'`" in (disk_full_hint(full, "my runs/x") or "")
     assert disk_full_hint(OSError(errno.EIO, "Input/output error"), "runs/x") is None
     assert disk_full_hint(ValueError("bad"), "runs/x") is None
 
