@@ -30,6 +30,7 @@ from slaq_mpi.generators import (
     generator_top_label,
 )
 from slaq_mpi.memory import format_bytes, memory_here
+from slaq_mpi.values import MAX_RANKS, integer, number
 
 EXPERIMENT_SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must fit SEED_MAX
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -592,28 +593,3 @@ def _name(val: Any, where: str) -> str:
     if not isinstance(val, str) or not _NAME.fullmatch(val):
         raise ConfigError(where, val, "must be 1-64 characters of letters, digits, '_', '.', '-'")
     return val
-
-
-MAX_RANKS = 2**24  # ranks (and simulated cores): 16,777,216, beyond the largest machines
-
-
-def integer(val: Any, where: str, lo: int, hi: int | None = None) -> int:
-    """``val`` if it is an integer in ``[lo, hi]`` (``hi`` None: no bound), else a
-    :class:`ConfigError` naming ``where`` and the range."""
-    allowed = f"must be an integer >= {lo}" if hi is None else f"must be an integer in [{lo}, {hi}]"
-    if isinstance(val, bool) or not isinstance(val, int) or val < lo or (hi is not None and val > hi):
-        raise ConfigError(where, val, allowed)
-    return int(val)
-
-
-def number(val: Any, where: str, lo: float, open_lo: bool = False, hi: float = math.inf) -> float:
-    """``val`` as a float if it is a finite number ``>= lo`` (``> lo`` with ``open_lo``) and
-    ``<= hi``, else a :class:`ConfigError` naming ``where`` and the range."""
-    try:
-        ok = not isinstance(val, bool) and isinstance(val, int | float) and math.isfinite(val)
-    except OverflowError:  # an integer beyond any float
-        ok = False
-    if not ok or val < lo or (open_lo and val == lo) or val > hi:
-        upper = "" if hi == math.inf else f" and <= {hi:g}"
-        raise ConfigError(where, val, f"must be a finite number {'>' if open_lo else '>='} {lo:g}{upper}")
-    return float(val)

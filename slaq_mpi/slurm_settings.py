@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from slaq_mpi.config import MAX_RANKS, integer
 from slaq_mpi.errors import NO_VALUE, ConfigError
+from slaq_mpi.values import MAX_RANKS, integer
 
 __all__ = ["LAUNCHERS", "SlurmSettings", "parse_time", "settings_for", "settings_from_mapping"]
 

@@ -186,10 +186,45 @@ def test_same_snapshot_sequence_same_allocations() -> None:
     assert [a.allocate(s) for s in seq] == [b.allocate(s) for s in seq]
 
 
-def test_brain_modules_do_not_import_mpi() -> None:
-    root = Path(__file__).resolve().parents[1] / "slaq_mpi"
-    for rel in ("predict.py", "throughput.py", "policies/slaq.py"):
-        assert "mpi4py" not in (root / rel).read_text()
+def _slaq_imports(path: Path) -> tuple[set[str], set[str]]:
+    """The slaq_mpi modules and the outside top-level packages a file imports (anywhere in it)."""
+    import ast
+
+    ours, outside = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [])
+        for name in names:
+            (ours if name.split(".")[0] == "slaq_mpi" else outside).add(
+                name if name.startswith("slaq_mpi") else name.split(".")[0])
+        if isinstance(node, ast.ImportFrom) and node.module == "slaq_mpi":
+            ours.update(f"slaq_mpi.{a.name}" for a in node.names)
+    return ours, outside
+
+
+def test_the_brain_imports_no_mpi_and_no_config_loader() -> None:
+    """DESIGN.md: the scheduling brain imports no MPI, so the simulator and tests reuse it;
+    it depends on neither the run's MPI layer nor the YAML/HDF5 config loader (transitively)."""
+    root = Path(__file__).resolve().parents[1]
+    todo = ["slaq_mpi.predict", "slaq_mpi.throughput", "slaq_mpi.snapshot", "slaq_mpi.policies"]
+    todo += [f"slaq_mpi.policies.{p.stem}" for p in (root / "slaq_mpi/policies").glob("*.py")]
+    seen: set[str] = set()
+    outside: set[str] = set()
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        base = root / Path(*mod.split("."))
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if not path.is_file():  # a name imported from a module, not a module
+            continue
+        ours, other = _slaq_imports(path)
+        outside |= other
+        todo += sorted(ours - seen)
+    assert {"slaq_mpi.comm", "slaq_mpi.config", "slaq_mpi.launch"}.isdisjoint(seen), sorted(seen)
+    assert {"mpi4py", "yaml", "h5py"}.isdisjoint(outside), sorted(outside)
 
 
 def _history_snapshot(hist: list[tuple[float, ...]]) -> ClusterSnapshot:

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi.config import MAX_RANKS, integer, number
 from slaq_mpi.errors import NO_VALUE, ConfigError
+from slaq_mpi.values import MAX_RANKS, integer, number
 
 __all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
 
