@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from slaq_mpi.errors import ContractError
 
 CONVERGENCE_CLASSES = ("sublinear", "linear", "unknown")
@@ -80,7 +82,7 @@ def checked_allocation(alloc: Mapping[str, Any], snapshot: ClusterSnapshot,
             raise ContractError(f"policy {policy!r} allocated cores to unknown job {jid!r}")
         try:
             c = int(cores)
-            whole = c == cores
+            whole = c == cores and not isinstance(cores, bool | np.bool_)  # True is not 1 core
         except (TypeError, ValueError, OverflowError):
             whole = False
         if not whole or c < 0 or c > jobs[jid].max_cores:

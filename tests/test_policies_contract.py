@@ -101,6 +101,7 @@ def test_nan_is_refused_by_the_constructor_too() -> None:
     ({"a": 1.5}, "gave job 'a' 1.5 cores"),
     ({"a": -1}, "gave job 'a' -1 cores"),
     ({"a": "2"}, "gave job 'a' '2' cores"),
+    ({"a": True}, "gave job 'a' True cores"),
     ({"a": 4}, "max_cores, 3"),
     ({"a": 3, "b": 3}, "allocated 6 cores; capacity is 5"),
 ])
