@@ -298,3 +298,14 @@ def test_sparse_input_gives_the_losses_of_dense_input(algorithm: str) -> None:
     _, sparse_losses = _run(algorithm, sp.csr_matrix(X), y, 15, **params)
     assert np.all(np.isfinite(dense_losses))
     np.testing.assert_allclose(sparse_losses, dense_losses, rtol=1e-9)
+
+
+def test_a_step_result_counts_as_a_loss_only_when_it_is_one_real_number() -> None:
+    from slaq_mpi.worker import _loss_value
+
+    for good in (0.5, 2, np.float32(0.25), np.int64(3), np.array(1.5)):
+        assert _loss_value(good) == float(good) and type(_loss_value(good)) is float
+    for bad, shown in ((None, "None"), (np.array([1.0]), "an array of shape (1,)"),
+                       (True, "True"), ("0.5", "'0.5'"), (np.array(1 + 2j), "array")):
+        with pytest.raises(TypeError, match=re.escape(shown)):
+            _loss_value(bad)

@@ -303,3 +303,14 @@ def test_a_job_under_a_cgroup_limit_is_checked_against_it(tmp_path: Path,
     monkeypatch.setattr(mem, "cgroup_limit", lambda: 512 * GIB)  # above the machine: the machine
     assert mem.memory_here() == (256 * GIB, "this machine has 256 GiB of memory")
     _parse(_raw(tmp_path, "mlp", BLOBS, hidden=10**7))
+
+
+def test_an_integer_given_for_a_float_hyperparameter_is_kept_as_a_float(tmp_path: Path) -> None:
+    raw = _raw(tmp_path, "logreg", {"generator": "classification", "rows": 100, "features": 5},
+               learning_rate=2, fit_intercept=False)
+    hyper = config.parse(raw, check_files=False).jobs[0].hyperparameters
+    assert hyper["learning_rate"] == 2.0 and type(hyper["learning_rate"]) is float
+    assert hyper["fit_intercept"] is False
+    raw["jobs"][0]["hyperparameters"] = {"fit_intercept": 1}  # a bool is not taken from an int
+    with pytest.raises(ConfigError, match=r"hyperparameters\.fit_intercept: 1 .* type bool"):
+        config.parse(raw, check_files=False)
