@@ -114,7 +114,8 @@ def speedups(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
     time (0 in an epoch whose loss rose: near convergence a loss that creeps up by a hair,
     over the hair an equal share would have gained, gave ratios such as -150); a job's
     speedup is the time-weighted mean over the epochs where that equal share would make
-    progress (NaN if none). Losses past the last recorded one count as flat.
+    progress (NaN if none); a job active in some epoch that never ran an iteration has
+    speedup 0. Losses past the last recorded one count as flat.
     """
     times = np.asarray(run.epoch_time, dtype=np.float64)
     names = list(run.jobs)
@@ -129,7 +130,10 @@ def speedups(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
     for i, (name, job) in enumerate(run.jobs.items()):
         seconds = _seconds_model(job)
         n = len(job.loss)
-        if seconds is None or n == 0:
+        if n == 0:  # never ran while active: no progress where any share would have made some
+            out[i] = 0.0 if active[:, i].any() else np.nan
+            continue
+        if seconds is None:
             continue
         q = np.concatenate(([1.0], normalized_loss(job.loss, float(job.loss[0]), l_star.get(name, 0.0))))
         rows = np.flatnonzero(active[:, i])

@@ -301,6 +301,24 @@ def test_speedup_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> N
     # epochs [0,4) 0.3/0.1, [4,8) 0.4/0.2, [8,10) 0.2/0.1 -> (4*3 + 4*2 + 2*2) / 10
     assert speedups(run, {"open": 0.0, "idle": 0.0})[0] == pytest.approx(2.4)
 
+
+def test_a_job_that_never_ran_while_active_has_speedup_zero() -> None:
+    # fifo on 4 cores: "a" runs while "starved" waits to the end, never iterating; "later"
+    # arrives after the run stopped observing (never active: no speedup at all)
+    from slaq_mpi.fairness import speedups
+
+    starved = timed_job("starved", 0.0, 0.0, 0, end=math.nan)
+    later = timed_job("later", 50.0, 50.0, 0, end=math.nan)
+    run = dataclasses.replace(four_core_run([timed_job("a", 0.0, 0.0, 10)]),
+                              jobs={"a": four_core_run([timed_job("a", 0.0, 0.0, 10)]).jobs["a"],
+                                    "starved": starved, "later": later},
+                              job_names=["a", "starved", "later"],
+                              alloc=np.zeros((3, 3), dtype=np.int32), stopped=10.0)
+    got = speedups(run, {"a": 0.0, "starved": 0.0, "later": 0.0})
+    assert got[1] == 0.0 and math.isnan(got[2]), got
+    row = summarize(run, {"a": 0.0, "starved": 0.0, "later": 0.0})
+    assert row["min_speedup"] == 0.0 and row["p_mean_speedup"] == 0.0, row
+
 def test_power_mean() -> None:
     from slaq_mpi.fairness import power_mean
 
