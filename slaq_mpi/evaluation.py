@@ -62,6 +62,7 @@ __all__ = [
     "job_end",
     "makespan",
     "mean_active_jobs",
+    "mean_core_shares",
     "normalized_loss",
     "normalized_loss_job_seconds",
     "normalized_loss_at",
@@ -396,6 +397,23 @@ def core_share_by_loss_group(run: RunData,
             pick = order[(rank >= lo) & (rank < hi)]
             shares[e, g] = alloc[e, pick].sum() / held
     return times, shares
+
+
+def mean_core_shares(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
+    """The high / medium / low-loss groups' core shares (:func:`core_share_by_loss_group`)
+    averaged over time: each epoch weighted by its length (epochs are cut short at arrivals
+    and when jobs finish; the last one lasts until the run stopped observing). NaN if no
+    epoch allocated cores."""
+    times, shares = core_share_by_loss_group(run, l_star)
+    if not len(shares):
+        return np.full(3, np.nan)
+    end = observed_end(run)
+    last = end - times[-1] if math.isfinite(end) and end > times[-1] else run.epoch_seconds
+    weight = np.append(np.diff(times), last)
+    ok = ~np.isnan(shares[:, 0]) & (weight > 0)
+    if not ok.any():
+        return np.full(3, np.nan)
+    return np.average(shares[ok], axis=0, weights=weight[ok])
 
 
 def comparison_window(runs: Iterable[RunData]) -> tuple[float, float] | None:

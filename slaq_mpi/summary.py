@@ -19,12 +19,11 @@ from slaq_mpi.evaluation import (
     common_l_star,
     comparison_window,
     completion_times,
-    core_share_by_loss_group,
     makespan,
     mean_active_jobs,
+    mean_core_shares,
     normalized_loss_job_seconds,
     observed,
-    observed_end,
     reduction_times,
 )
 from slaq_mpi.fairness import power_mean, rhos, speedups, total_utility
@@ -46,18 +45,9 @@ MetricFn = Callable[[RunData, Mapping[str, float]], float]
 
 
 def _mean_share(group: int) -> MetricFn:
-    """The time-weighted mean of a loss group's core share (epochs differ in length: cut
-    short at arrivals and when jobs finish)."""
+    """The time-weighted mean of a loss group's core share (:func:`mean_core_shares`)."""
     def share(run: RunData, l_star: Mapping[str, float]) -> float:
-        times, shares = core_share_by_loss_group(run, l_star)
-        if not len(shares):
-            return math.nan
-        end = observed_end(run)
-        last = end - times[-1] if math.isfinite(end) and end > times[-1] else run.epoch_seconds
-        weight = np.append(np.diff(times), last)
-        col = shares[:, group]
-        ok = ~np.isnan(col) & (weight > 0)
-        return float(np.average(col[ok], weights=weight[ok])) if ok.any() else math.nan
+        return float(mean_core_shares(run, l_star)[group])
 
     return share
 

@@ -286,3 +286,31 @@ def test_a_report_of_real_and_simulated_runs_says_their_losses_need_not_match(
         args = parse(["report", *map(str, dirs), "--no-plots"])
         assert args.func(args) == 0
         assert ("note: real and simulated runs share each job's L*" in capsys.readouterr().out) == said
+
+
+def test_core_share_titles_are_the_time_weighted_shares_of_the_table(
+        sim_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epochs differ in length (cut short at arrivals and finishes): the plot's percentages
+    are the same time-weighted means as the report's core_share_* figures."""
+    pytest.importorskip("matplotlib")
+    from slaq_mpi import plots
+    from slaq_mpi.summary import summarize_runs
+
+    runs = load_runs([sim_dir])
+    l_star = common_l_star(runs.values())
+    titles: dict[str, list[str]] = {}
+    real_save = plots._save
+
+    def keep_titles(fig, path: Path) -> Path:  # type: ignore[no-untyped-def]
+        titles[path.name] = [ax.get_title() for ax in fig.axes]
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep_titles)
+    plots.write_plots(runs, l_star, tmp_path)
+    rows, _ = summarize_runs(runs)
+    for (label, run), title in zip(runs.items(), titles["core_share.png"], strict=True):
+        row = rows[label]
+        want = [f"{100 * row[f'core_share_{g}']:.0f}%" for g in ("high", "medium", "low")]
+        assert title == f"{label}: high {want[0]}, medium {want[1]}, low {want[2]} of cores", title
+        times = run.epoch_time
+        assert len(set(np.round(np.diff(times), 6))) > 1  # epochs of unequal length: it matters
