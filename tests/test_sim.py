@@ -411,6 +411,22 @@ def test_a_data_file_unread_here_is_simulated_at_a_stand_in_size_with_a_note(tmp
                      "(no such file); its size is taken as 1e+06 rows*features"]
 
 
+def test_a_budget_above_the_simulation_cap_is_noted_and_capped() -> None:
+    from slaq_mpi.sim import prepare
+
+    raw = {"name": "m", "ranks": 3, "epoch_seconds": 1.0, "jobs": [
+        {"name": "long", "algorithm": "logreg", "stop": {"max_iterations": 300},
+         "dataset": {"generator": "classification", "rows": 50, "features": 4}},
+        {"name": "short", "algorithm": "logreg", "stop": {"max_iterations": 100},
+         "dataset": {"generator": "classification", "rows": 50, "features": 4}}],
+        "simulation": {"curves": "analytic", "max_iterations": 200}}
+    notes: list[str] = []
+    _, jobs = prepare(config.parse(raw, check_files=False), notes=notes)
+    assert notes == ["job long: stop.max_iterations 300 is above simulation.max_iterations 200; "
+                     "its simulated copies stop at 200 iterations"]
+    assert {j.name: j.stop_iter for j in jobs} == {"long": 200, "short": 100}
+
+
 def test_a_failed_metrics_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path: Path) -> None:
     from dataclasses import replace
 

@@ -145,6 +145,11 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                  for i, (w, a) in enumerate(zip(which, arrivals, strict=True))]
     utilities = {t.name: None if t.utility is None else validate_utility(t.utility, f"jobs[{i}].utility")
                  for i, t in enumerate(templates)}
+    for t in templates:
+        if t.stop.max_iterations is not None and t.stop.max_iterations > settings.max_iterations:
+            notes.append(f"job {t.name}: stop.max_iterations {t.stop.max_iterations} is above "
+                         f"simulation.max_iterations {settings.max_iterations}; its simulated "
+                         f"copies stop at {settings.max_iterations} iterations")
     out: list[SimJob] = []
     conv_cache: dict[str, str] = {}
     cells_of: dict[str, float] = {}  # per template: its data file is read (or noted) once
