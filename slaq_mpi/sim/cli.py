@@ -93,7 +93,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for i, name in enumerate(args.policy or []):
         check_policy_name(name, "--policy")
         if name in args.policy[:i]:
-            raise ConfigError("--policy", name, "is given twice; give each policy once")
+            raise ConfigError("--policy", name, "it is given twice; give each policy once")
     config.check_sections(spec)
     library = CurveLibrary.load(parse_settings(spec).curve_file)  # all input checked first
     out = Path(args.out) if args.out else None

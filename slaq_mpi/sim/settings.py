@@ -162,7 +162,7 @@ def parse_settings(spec: Any, check_files: bool = True) -> SimSettings:
     for i, p in enumerate(pols):
         check_policy_name(p, f"{w}.policies", must_load=False)
         if p in pols[:i]:
-            raise ConfigError(f"{w}.policies", p, "is listed twice; list each policy once")
+            raise ConfigError(f"{w}.policies", p, "it is listed twice; list each policy once")
     curves = raw.get("curves", "library")
     if curves not in CURVE_SOURCES:
         raise ConfigError(f"{w}.curves", curves, f"allowed: {', '.join(CURVE_SOURCES)}")
