@@ -62,7 +62,8 @@ _HEADER = """\
 #
 # Flow: SIGUSR1 comes {lead} s before the time limit (SIGTERM on preemption or scancel); the trap
 # below creates RUN_DIR/STOP, rank 0 finishes the epoch, checkpoints every job and exits 75, and
-# this script requeues the job (not after scancel). A restart finds RUN_DIR/state.json and
+# this script requeues the job (not after scancel, nor after a stop asked inside the run: a
+# RUN_DIR/STOP you create, a signal to rank 0). A restart finds RUN_DIR/state.json and
 # resumes from it. Exit 0: every job done; 1: a job failed; 2: bad input (or RUN_DIR in use);
 # 3: aborted on an error, or the MPI launch failed before the run started; 75: stopped, not
 # requeued.
@@ -129,8 +130,10 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
     if config is None:
         out += [
             'CONFIG=${1:?"usage: sbatch slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"}',
-            'OUT_DIR=$("$PYTHON" -c \'import sys; from slaq_mpi.config import load; '
-            'print(load(sys.argv[1], check_files=False).output_dir.resolve())\' "$CONFIG")',
+            "# the config's output_dir; a config that cannot be read ends the job here, in one line",
+            'OUT_DIR=$("$PYTHON" -c \'import sys; from slaq_mpi.config import load',
+            'try: print(load(sys.argv[1], check_files=False).output_dir.resolve())',
+            'except Exception as exc: sys.exit(f"slaq: error: {exc}")\' "$CONFIG") || exit 2',
             'RUN_DIR=${2:-$OUT_DIR}',
             "# a fresh start writes into the config's output_dir: RUN_DIR must be it, or a run to resume",
             'if [ -n "$OUT_DIR" ] && [ ! -f "$RUN_DIR/state.json" ] && '
@@ -224,14 +227,21 @@ case $status in
     0) say "every job done" ;;
     1) say "finished; at least one job failed (see the log and $RUN_DIR/metrics.h5)" ;;
     75)
+        # A stop asked inside the run (RUN_DIR/STOP, a signal to rank 0 itself) with no signal
+        # to this script: the user's "stop for a later resume", not requeued.
+        if [ "$stop_requested" = 0 ]; then
+            say "stopped with checkpoints on request (RUN_DIR/STOP or a signal to rank 0)," \
+                "not requeued; resume with: slaq run --resume $RUN_DIR (or submit again)"
+            exit "$status"
+        fi
         # scancel sends TERM too. A job ending with no reason of Slurm's own (not the time
-        # limit) was cancelled by its owner or an admin: it stops here and is not requeued.
+        # limit) was cancelled by its owner or an admin: this script does not requeue it.
         info=$(scontrol show job "$SLURM_JOB_ID" -o 2>/dev/null)
         state=$(sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' <<< "$info")
         reason=$(sed -n 's/.* Reason=\([^ ]*\).*/\1/p' <<< "$info")
         if { [ "$state" = COMPLETING ] || [ "$state" = CANCELLED ]; } && [ "$reason" = None ]; then
-            say "cancelled: stopped with checkpoints, not requeued;" \
-                "resume with: slaq run --resume $RUN_DIR (or submit again)"
+            say "ended by Slurm (scancel, or scontrol requeue, which restarts it): stopped with" \
+                "checkpoints; after a scancel, resume with: slaq run --resume $RUN_DIR (or submit again)"
             exit "$status"
         fi
         if [ "$REQUEUE" = 1 ] && [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then

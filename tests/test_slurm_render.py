@@ -456,6 +456,24 @@ def test_the_script_by_hand_refuses_a_run_dir_it_would_not_start_in(tmp_path: Pa
     assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("config", ["typo.yaml", "missing.yaml"])
+def test_the_script_by_hand_refuses_a_bad_config_in_one_line_before_any_launch(
+        tmp_path: Path, config: str) -> None:
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_sbatch(settings_from_mapping({"python": sys.executable})))
+    (tmp_path / "typo.yaml").write_text(_write_config(tmp_path).read_text().replace(
+        "epoch_seconds", "epoch_second"))
+    env = {**os.environ, "PATH": f"{tmp_path / 'nobin'}:/usr/bin:/bin"}  # no srun: never launched
+    proc = subprocess.run(["bash", str(script), config], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slaq: error: "), proc.stderr
+    assert ("epoch_second: unknown key" if config == "typo.yaml" else "missing.yaml") in lines[0]
+    assert proc.stdout == ""  # not "starting ... into" an empty run directory
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_script_stops_at_once_when_its_python_lacks_slaq(tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
     script.write_text(render_sbatch(settings_from_mapping({"python": sys.executable + "-missing"}),
@@ -546,7 +564,13 @@ case $FAKE_MODE in
     fail) exit 1 ;;
     launch-fail) echo "launcher: no ranks started" >&2; exit 1 ;;
     launch-nothing) exit 0 ;;
-    stop) exit 75 ;;
+    stop) exit 75 ;;  # a stop asked inside the run (RUN_DIR/STOP, a signal to rank 0)
+    signalled)
+        # Slurm signals the batch shell (time limit, preemption, scancel): its trap asks for the stop
+        mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"
+        kill -"${FAKE_SIGNAL:-USR1}" "$PPID"
+        while [ ! -e "$run_dir/STOP" ]; do sleep 0.05; done
+        rm -f "$run_dir/STOP"; exit 75 ;;
     wait-stop)
         mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"; touch "$FAKE_LOG/started"
         while [ ! -e "$run_dir/STOP" ]; do sleep 0.05; done
@@ -663,30 +687,41 @@ def test_script_picks_srun_mpi_plugin_from_the_mpi_library(tmp_path: Path, libra
 
 
 def test_script_requeues_after_a_graceful_stop(fake_cluster: dict[str, Any]) -> None:
-    proc = _run_script(fake_cluster, "stop")
-    assert proc.returncode == 0
+    proc = _run_script(fake_cluster, "signalled")
+    assert proc.returncode == 0, proc.stdout
     assert _lines(fake_cluster["logs"] / "scontrol") == ["requeue 31"]
+
+
+def test_script_does_not_requeue_a_stop_asked_inside_the_run(fake_cluster: dict[str, Any]) -> None:
+    # the user created RUN_DIR/STOP (or signalled rank 0): "stop for a later resume", not a restart
+    proc = _run_script(fake_cluster, "stop")
+    assert proc.returncode == 75
+    assert _lines(fake_cluster["logs"] / "scontrol") == []
+    assert "stopped with checkpoints on request (RUN_DIR/STOP or a signal to rank 0), not " \
+           "requeued; resume with: slaq run --resume" in proc.stdout
 
 
 @pytest.mark.parametrize("state", ["COMPLETING", "CANCELLED"])
 def test_script_does_not_requeue_a_cancelled_job(fake_cluster: dict[str, Any], state: str) -> None:
     # scancel sends TERM, which stops the run gracefully (exit 75); the job must then stay ended.
     # (What a real Slurm 22.05 showed in the trap after a plain scancel: COMPLETING, Reason=None.)
-    proc = _run_script(fake_cluster, "stop", FAKE_JOB_STATE=state)
+    proc = _run_script(fake_cluster, "signalled", FAKE_SIGNAL="TERM", FAKE_JOB_STATE=state)
     assert proc.returncode == 75
     assert _lines(fake_cluster["logs"] / "scontrol") == []
-    assert "cancelled: stopped with checkpoints, not requeued" in proc.stdout
+    assert "ended by Slurm (scancel, or scontrol requeue, which restarts it): stopped with " \
+           "checkpoints" in proc.stdout
 
 
 def test_script_requeues_a_job_stopped_at_its_time_limit(fake_cluster: dict[str, Any]) -> None:
     # at the limit Slurm sends TERM with the job COMPLETING, Reason=TimeLimit: requeue it
-    proc = _run_script(fake_cluster, "stop", FAKE_JOB_STATE="COMPLETING", FAKE_REASON="TimeLimit")
+    proc = _run_script(fake_cluster, "signalled", FAKE_SIGNAL="TERM", FAKE_JOB_STATE="COMPLETING",
+                       FAKE_REASON="TimeLimit")
     assert proc.returncode == 0
     assert _lines(fake_cluster["logs"] / "scontrol") == ["requeue 31"]
 
 
 def test_script_stops_requeueing_after_max_restarts(fake_cluster: dict[str, Any]) -> None:
-    proc = _run_script(fake_cluster, "stop", SLURM_RESTART_COUNT="2")
+    proc = _run_script(fake_cluster, "signalled", SLURM_RESTART_COUNT="2")
     assert proc.returncode == 75
     assert _lines(fake_cluster["logs"] / "scontrol") == []
     assert "resume with: slaq run --resume" in proc.stdout
