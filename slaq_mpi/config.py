@@ -488,7 +488,10 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     key, fits = _smaller_value(hyper, solver, needs, need, memory)
     if key is not None:
         what += f" with {key} {hyper[key]!r}"
-    one_row = needs(hyper, 1)
+    try:
+        one_row = needs(hyper, 1)
+    except Exception:  # noqa: BLE001 - a user's solver may refuse one row: size not to blame
+        one_row = need
     held = "its rows of data, " if one_row < need else ""  # a solver that densifies its data
     shape = f"{sizes.rows} rows x {sizes.features} features" if held else f"{sizes.features} features"
     what += (f" on {shape} needs about {format_bytes(need)} on every rank for {held}its model "
@@ -496,9 +499,13 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too big
         data = sizes.dataset
         fewer_rows = one_row <= memory  # a job starts on one rank, which holds every row
-        at, value = ((f"{where}.dataset.rows", sizes.rows) if fewer_rows else
-                     (f"{where}.dataset.features", sizes.features)) if data.generator is not None \
-            else (f"{where}.dataset.path", data.path)
+        value: Any
+        if data.generator is None:
+            at, value = f"{where}.dataset.path", data.path
+        elif fewer_rows:
+            at, value = f"{where}.dataset.rows", sizes.rows
+        else:
+            at, value = f"{where}.dataset.features", sizes.features
         return at, value, what + ("; use fewer rows or features" if fewer_rows
                                   else "; use a smaller model or fewer features")
     return f"{where}.hyperparameters.{key}", hyper[key], what + (
