@@ -50,6 +50,11 @@ class ContractError(SlaqError, RuntimeError):
     """A policy returned an allocation the policy contract does not allow (a bug in the policy)."""
 
 
+DAMAGED_FILE_ERRORS = (RuntimeError, LookupError, ValueError, TypeError, AttributeError)
+"""What h5py raises reading a damaged file (besides an OSError without errno): RuntimeError for
+broken attribute or metadata blocks, KeyError/IndexError for missing parts, ValueError/TypeError
+for bad values."""
+
 def disk_full_hint(exc: BaseException, run_dir: object) -> str | None:
     """What to do when ``exc`` (or the worker error it reports) is a full disk or an exhausted
     quota (ENOSPC, EDQUOT); None for any other error."""

@@ -16,6 +16,7 @@ from slaq_mpi import config, rundir
 from slaq_mpi._text import count
 from slaq_mpi.config import ExperimentSpec
 from slaq_mpi.errors import (
+    DAMAGED_FILE_ERRORS,
     EXIT_ABORTED,
     EXIT_BAD_INPUT,
     EXIT_DONE,
@@ -142,9 +143,7 @@ def check_history(run_dir: Path) -> None:
             raise ConfigError("--resume", str(run_dir), f"its metrics.h5 cannot be read now "
                               f"({exc.strerror or exc}); fix that, then resume again") from None
         why = f"it cannot be read ({exc})"
-    except (RuntimeError, LookupError, ValueError, TypeError, AttributeError) as exc:
-        # damage inside the file: h5py raises RuntimeError for broken attribute or metadata
-        # blocks, KeyError/IndexError for missing parts, ValueError/TypeError for bad values
+    except DAMAGED_FILE_ERRORS as exc:
         why = f"it cannot be read ({exc})"
     raise ConfigError("--resume", str(run_dir), f"its metrics.h5 holds the run's history and {why}; "
                       "the run cannot be resumed: start a new run with slaq run CONFIG")

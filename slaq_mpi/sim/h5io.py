@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 
 from slaq_mpi import durable
-from slaq_mpi.errors import DataError
+from slaq_mpi.errors import DAMAGED_FILE_ERRORS, DataError
 from slaq_mpi.evaluation import JobTrace, RunData
 
 __all__ = ["read_metrics", "write_metrics"]
@@ -109,7 +109,7 @@ def read_metrics(path: str | Path) -> RunData:
             return _read(f, p)
     except DataError:
         raise
-    except (OSError, RuntimeError, LookupError, ValueError, TypeError, AttributeError) as exc:
+    except (OSError, *DAMAGED_FILE_ERRORS) as exc:
         raise DataError(f"{p}: truncated or damaged metrics file ({exc})") from None
 
 
