@@ -21,7 +21,7 @@ from typing import Any
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.evaluation import RunData, common_l_star, observed
 from slaq_mpi.outpaths import check_writable
-from slaq_mpi.summary import summarize_runs
+from slaq_mpi.summary import json_value, summarize_runs
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
            "load_runs", "plots_dir", "window_line"]
@@ -244,7 +244,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         say("plots skipped: runs of different workloads do not share figures; report each "
               "workload's runs on their own")
     if args.json:
-        print(json.dumps({"runs": {k: {m: (v if math.isfinite(v) else None) for m, v in r.items()}
+        print(json.dumps({"runs": {k: {m: json_value(m, v) for m, v in r.items()}
                                    for k, r in rows.items()}}))
     return 0
 

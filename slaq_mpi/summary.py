@@ -28,7 +28,7 @@ from slaq_mpi.evaluation import (
 )
 from slaq_mpi.fairness import power_mean, rhos, speedups, total_utility
 
-__all__ = ["SUMMARY_METRICS", "MetricFn", "summarize", "summarize_runs"]
+__all__ = ["COUNT_METRICS", "SUMMARY_METRICS", "MetricFn", "json_value", "summarize", "summarize_runs"]
 
 
 def _nanmean(a: np.ndarray) -> float:
@@ -87,6 +87,16 @@ SUMMARY_METRICS: dict[str, MetricFn] = {
     "mean_speedup": lambda r, ls: _nanmean(speedups(r, ls)),
     "p_mean_speedup": lambda r, ls: power_mean(speedups(r, ls)),
 }
+
+#: Metrics that count jobs: whole numbers in JSON output.
+COUNT_METRICS = frozenset({"jobs", "reached_90", "reached_95"})
+
+
+def json_value(name: str, value: float | None) -> float | int | None:
+    """A metric as JSON output shows it: ``None`` when not finite, counts as integers."""
+    if value is None or not math.isfinite(value):
+        return None
+    return int(value) if name in COUNT_METRICS else float(value)
 
 
 def summarize(run: RunData, l_star: Mapping[str, float],

@@ -77,6 +77,8 @@ def test_table_and_json(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> No
     fair = data["runs"]["fair"]
     assert fair["max_rho"] >= fair["mean_rho"] > 0  # read back from metrics.h5 (true scaling)
     assert 0 < fair["min_speedup"] <= fair["mean_speedup"]
+    # counts print as whole numbers (6, not 6.0)
+    assert type(fair["jobs"]) is int and type(fair["reached_90"]) is int and fair["jobs"] >= fair["reached_90"]
 
 
 def test_repeated_policies_get_unique_labels(sim_dir: Path, tmp_path: Path,

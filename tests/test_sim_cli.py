@@ -57,6 +57,7 @@ def test_simulate_json_is_last_line(config_file: Path, tmp_path: Path,
         assert {"median_time_to_90", "median_time_to_95", "median_completion",
                 "mean_completion"} <= set(row)  # the table's columns too
         assert 0 < row["avg_normalized_loss"] <= 1 and row["makespan"] > 0
+        assert type(row["reached_90"]) is int and type(row["reached_95"]) is int  # counts: 3, not 3.0
     assert "simulating fair" in cap.err  # progress goes to stderr with --json
     assert (tmp_path / "o" / "fair" / "metrics.h5").is_file()
     with h5py.File(tmp_path / "o" / "fair" / "metrics.h5", "r") as f:  # docs/metrics.md's datasets

@@ -86,7 +86,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from slaq_mpi.sim.curves import CurveLibrary
     from slaq_mpi.sim.run import run_policies
     from slaq_mpi.sim.settings import check_policy_name, parse_settings
-    from slaq_mpi.summary import summarize_runs
+    from slaq_mpi.summary import json_value, summarize_runs
 
     _check_out(args.out)
     spec = config.load(args.config, check_files=False)
@@ -110,7 +110,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if out is not None:
         say(f"metrics written to {out}/<policy>/metrics.h5; plots: slaq report {shlex.quote(str(out))}")
     if args.json:
-        payload = {"policies": {n: {k: _num(r.get(k, math.nan)) for k in JSON_KEYS}
+        payload = {"policies": {n: {k: json_value(k, r.get(k, math.nan)) for k in JSON_KEYS}
                                 for n, r in rows.items()}}
         print(json.dumps(payload), flush=True)
     return 0
