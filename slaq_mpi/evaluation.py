@@ -69,6 +69,7 @@ __all__ = [
     "observed",
     "observed_end",
     "reduction_times",
+    "run_span",
     "time_to_reduction",
 ]
 
@@ -220,7 +221,7 @@ def observed(run: RunData) -> RunData:
                    alloc=np.asarray(run.alloc)[:, cols], stopped=end)
 
 
-def _span(run: RunData) -> tuple[float, float]:
+def run_span(run: RunData) -> tuple[float, float]:
     """First arrival, and the last job end; for a run with unfinished jobs, when it stopped."""
     lo = min(j.arrival for j in run.jobs.values())
     if all(math.isfinite(j.end) for j in run.jobs.values()):
@@ -244,7 +245,7 @@ def makespan(run: RunData) -> float:
     was unfinished)."""
     if not run.jobs:
         return 0.0
-    first, last = _span(run)
+    first, last = run_span(run)
     return max(0.0, last - first)
 
 
@@ -258,7 +259,7 @@ def evaluation_grid(run: RunData, dt: float | None = None,
     if window is None:
         if not run.jobs:
             return np.zeros(0)
-        window = _span(run)
+        window = run_span(run)
     step = _grid_step(run, dt)
     lo, hi = window
     if hi <= lo:
@@ -295,7 +296,7 @@ def _steps(run: RunData, l_star: Mapping[str, float],
     if not run.jobs:
         return np.zeros(0), np.zeros(0), np.zeros(0)
     if window is None:
-        window = _span(run)
+        window = run_span(run)
     times: list[np.ndarray] = []
     d_total: list[np.ndarray] = []
     d_count: list[np.ndarray] = []
@@ -422,7 +423,7 @@ def comparison_window(runs: Iterable[RunData]) -> tuple[float, float] | None:
     From the first arrival in any run until the earliest of the runs' last job ends: the span
     over which every run still has active jobs.
     """
-    spans = [_span(o) for o in map(observed, runs) if o.jobs]
+    spans = [run_span(o) for o in map(observed, runs) if o.jobs]
     if not spans:
         return None
     lo = min(s[0] for s in spans)

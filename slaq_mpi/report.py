@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import RunData, common_l_star, observed
+from slaq_mpi.evaluation import RunData, common_l_star, observed, run_span
 from slaq_mpi.outpaths import check_writable
 from slaq_mpi.summary import json_value, summarize_runs
 
@@ -203,6 +203,23 @@ def window_line(window: tuple[float, float] | None, chosen: bool = False) -> str
     return f"average normalized loss over {how}: {window[0]:g}-{window[1]:g} s"
 
 
+def _window_notes(runs: dict[str, RunData], window: tuple[float, float]) -> list[str]:
+    """Notes on a ``--window`` that reaches past a run's end: the average covers less."""
+    notes = []
+    for label, run in runs.items():
+        seen = observed(run)
+        if not seen.jobs:
+            continue
+        first, last = run_span(seen)
+        if window[0] >= last:
+            notes.append(f"note: run {label} ended at {last:g} s, before the window starts: no job "
+                         "is active in it")
+        elif window[1] > last:
+            notes.append(f"note: run {label} ended at {last:g} s, inside the window: its average "
+                         f"covers {max(window[0], first):g}-{last:g} s only")
+    return notes
+
+
 def plots_dir(run_dirs: Sequence[str | Path]) -> Path:
     """Where ``slaq report`` writes its PNGs without ``--out``: the one RUN_DIR given (the
     directory of a metrics.h5 given as a file); for several, the directory they all sit in
@@ -237,6 +254,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         say("note: these runs are not of one workload (their jobs differ): each is measured on "
               "its own L* and window, and they are not compared")
         say(window_line(chosen, bool(args.window)))
+    if chosen is not None:
+        for note in _window_notes(runs, chosen):
+            say(note)
     say(format_table(rows, compare=alike))
     if not args.no_plots and alike:
         _plots(runs, l_star, Path(args.out) if args.out is not None else plots_dir(args.run_dirs), say)
