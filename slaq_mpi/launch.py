@@ -166,13 +166,16 @@ def _check_unchanged(run_dir: Path, saved: Path) -> None:
                           "restore it, or start a new run with slaq run CONFIG")
 
 
-def check_data_unchanged(run_dir: Path, spec: ExperimentSpec) -> None:
+def check_data_unchanged(run_dir: Path, spec: ExperimentSpec, where: str = "--resume",
+                         fresh: str = "start a new run with slaq run CONFIG") -> None:
     """Refuse to resume a run whose data changed since it started (fingerprints kept in
     metrics.h5): the jobs would go on training on other data, silently.
 
     The files checked are those the resumed ``spec`` reads (its paths resolved now, from the
     start directory or from here), each against the fingerprint its job's file had at the
     start: a link pointed at another file is seen, a project directory renamed is not refused.
+    ``where`` and ``fresh`` word the refusal for the command that resumes (the option that
+    named the run, and how to start afresh instead).
 
     Raises:
         ConfigError: naming the job, the file and what to do.
@@ -193,11 +196,11 @@ def check_data_unchanged(run_dir: Path, spec: ExperimentSpec) -> None:
             try:
                 now[path, was] = fingerprint_matches(path, was)
             except OSError as exc:
-                raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {named} cannot "
-                                  f"be read ({exc.strerror}); restore it") from None
+                raise ConfigError(where, str(run_dir), f"job {job}'s data file {named} cannot "
+                                  f"be read ({exc.strerror}); restore it, or {fresh}") from None
         if not now[path, was]:
-            raise ConfigError("--resume", str(run_dir), f"job {job}'s data file {named} changed since "
-                              "the run started; restore it, or start a new run with slaq run CONFIG")
+            raise ConfigError(where, str(run_dir), f"job {job}'s data file {named} changed since "
+                              f"the run started; restore it, or {fresh}")
 
 
 def _enter_start_dir(run_dir: Path) -> None:

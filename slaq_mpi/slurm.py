@@ -439,7 +439,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         rundir.check_free(run_dir)
         if resume:
             _check_resumable(Path(run_dir), spec.source, args.config)
-            check_data_unchanged(Path(run_dir), spec)  # the job would refuse, after its wait
+            # the job would refuse, after its wait
+            check_data_unchanged(Path(run_dir), spec, "output_dir", "move this earlier run away "
+                                 "for a fresh one (the job would resume it)")
             print(f"slaq: note: {run_dir} holds an earlier run of this config; the job will resume it "
                   "(move it away for a fresh run)", file=sys.stderr)
         else:

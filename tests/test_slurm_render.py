@@ -439,6 +439,9 @@ def test_submit_checks_a_resumed_run_where_it_started(
     assert cli.main(["submit", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "job a's data file" in err and "changed since the run started" in err and not fake.calls
+    # worded for submit, whose user typed no --resume: the config's output_dir holds that run
+    assert err.startswith(f"slaq: error: output_dir: {str(run)!r} is not allowed") and "--resume" not in err
+    assert err.rstrip().endswith("move this earlier run away for a fresh one (the job would resume it)")
 
 
 def test_the_script_by_hand_refuses_a_run_dir_it_would_not_start_in(tmp_path: Path) -> None:
