@@ -413,6 +413,33 @@ def _working_directory(path: Path) -> Iterator[None]:
         os.chdir(before)
 
 
+def launch_notes(settings: SlurmSettings, cwd: Path) -> list[str]:
+    """What this host can tell about the job's launch before it waits in the queue: an
+    ``srun --mpi`` plugin that this host's srun does not offer, or a ``python``/``mpiexec``
+    path that is not an executable here. Notes, not refusals: compute nodes may differ, and
+    ``setup`` commands (modules) may provide them."""
+    notes = []
+    for key in ("python", "mpiexec"):
+        path = getattr(settings, key)
+        if key == "mpiexec" and settings.launcher != "mpiexec" or path is None or "/" not in path:
+            continue
+        full = _workdir(settings, cwd) / path  # where the job runs; an absolute path stays itself
+        if not (full.is_file() and os.access(full, os.X_OK)):
+            notes.append(f"slurm.{key} {path} is not an executable file here: the job fails at its "
+                         "start unless the compute nodes have it")
+    if settings.launcher == "srun" and settings.mpi:
+        try:
+            listed = run_cmd(["srun", "--mpi=list"], timeout=20)
+        except SlurmError:
+            return notes  # no srun here to ask; the job's srun says
+        offered = {line.strip() for line in (listed.stdout + listed.stderr).splitlines()}
+        if listed.returncode == 0 and settings.mpi not in offered:
+            plugins = sorted(p for p in offered if p and " " not in p and ":" not in p)
+            notes.append(f"slurm.mpi {settings.mpi}: this host's srun offers {', '.join(plugins)} "
+                         "(srun --mpi=list); the job's srun fails unless the compute nodes have it")
+    return notes
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
     from slaq_mpi import config
     from slaq_mpi.launch import check_data_unchanged, start_dir
@@ -424,6 +451,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         # the job runs the Python that runs this command (its venv need not be active)
         settings = replace(settings, python=sys.executable)
     _check_log_dirs(settings, cwd)  # also that slurm.chdir exists
+    for note in launch_notes(settings, cwd):
+        print(f"slaq: note: {note}", file=sys.stderr)
     work = _workdir(settings, cwd)
     run_dir = str((work / first.output_dir).resolve())  # the job's directory is the base
     resume = (Path(run_dir) / "state.json").is_file()

@@ -269,6 +269,37 @@ def test_submit_goes_through_run_cmd(monkeypatch: pytest.MonkeyPatch, no_subproc
     assert str(tmp_path / "slaq-tiny-4242.out") in out
 
 
+MPI_LIST = ("MPI plugin types are...\n\tpmix\n\tnone\n\tpmi2\n"
+            "specific pmix plugin versions available: pmix_v4\n")
+
+
+def test_submit_notes_a_launch_this_host_says_would_fail(
+        monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fake = _sbatch_answers(monkeypatch, tmp_path)
+    fake.answers["srun"] = (0, MPI_LIST, "")
+    cfg = _write_config(tmp_path, slurm={"mpi": "pmi2x", "python": "venv/bin/python"})
+    assert cli.main(["submit", str(cfg)]) == 0  # notes, not refusals: compute nodes may differ
+    err = capsys.readouterr().err
+    assert "slaq: note: slurm.mpi pmi2x: this host's srun offers none, pmi2, pmix (srun --mpi=list)" in err
+    assert "slaq: note: slurm.python venv/bin/python is not an executable file here" in err
+    assert [argv[0] for argv, _ in fake.calls] == ["srun", "sbatch", "scontrol"]
+    # a plugin offered, an executable python: nothing to note
+    fake.calls.clear()
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, tmp_path / "venv" / "bin" / "python")
+    cfg = _write_config(tmp_path, slurm={"mpi": "pmi2", "python": "venv/bin/python"})
+    assert cli.main(["submit", str(cfg)]) == 0
+    assert "note" not in capsys.readouterr().err
+    # mpiexec as the launcher: its path is checked, srun is not asked
+    fake.calls.clear()
+    cfg = _write_config(tmp_path, slurm={"launcher": "mpiexec", "mpiexec": "/nowhere/mpiexec"})
+    assert cli.main(["submit", str(cfg)]) == 0
+    err = capsys.readouterr().err
+    assert "slaq: note: slurm.mpiexec /nowhere/mpiexec is not an executable file here" in err
+    assert [argv[0] for argv, _ in fake.calls] == ["sbatch", "scontrol"]
+
+
 def test_dry_run_prints_the_script_and_runs_nothing(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
                                                     tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
