@@ -116,6 +116,7 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     are passed over, other files with a note, as long as some run is left."""
     found: list[Path] = []
     skipped: list[str] = []
+    unsaved: list[str] = []
     plots: list[str] = []
     for raw in paths:
         p = Path(raw)
@@ -129,6 +130,10 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
             found.append(p / "metrics.h5")
         elif p.is_dir() and sorted(p.glob("*/metrics.h5")):
             found.extend(sorted(p.glob("*/metrics.h5")))
+            # a run killed before its first complete save has its state or a partial file only
+            unsaved.extend(str(d) for d in sorted(p.iterdir()) if d.is_dir()
+                           and not (d / "metrics.h5").exists()
+                           and ((d / "state.json").exists() or any(d.glob(".metrics.h5.tmp*"))))
         else:
             raise ConfigError("RUN_DIR", str(p), "must be a run directory holding metrics.h5 "
                               "(or directories that do)")
@@ -137,6 +142,9 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
                           "(or directories that do)")
     if skipped:
         print(f"slaq: note: skipped what is not a run: {', '.join(skipped)}", file=sys.stderr)
+    if unsaved:
+        print(f"slaq: note: skipped runs that stopped before they first saved metrics.h5: "
+              f"{', '.join(unsaved)}", file=sys.stderr)
     unique: dict[Path, Path] = {}
     for path in found:
         unique.setdefault(path.resolve(), path)

@@ -109,6 +109,13 @@ def test_a_glob_over_runs_and_their_plots_reads_the_runs(sim_dir: Path, tmp_path
     assert "skipped what is not a run" in err and "notes.txt" in err and ".png" not in err
     with pytest.raises(ConfigError, match="RUN_DIR"):
         load_runs([tmp_path / "avg_normalized_loss.png"])
+    # a run killed while writing its first metrics.h5 is named, not left out silently
+    (tmp_path / "slaq").mkdir()
+    (tmp_path / "slaq" / ".metrics.h5.tmp4242").write_bytes(b"\x89HDF")
+    (tmp_path / "not-a-run").mkdir()
+    assert sorted(load_runs([tmp_path])) == ["fair", "fifo"]
+    assert capsys.readouterr().err == ("slaq: note: skipped runs that stopped before they first saved "
+                                       f"metrics.h5: {tmp_path / 'slaq'}\n")
 
 
 def test_runs_of_different_workloads_are_not_compared(tmp_path: Path,
