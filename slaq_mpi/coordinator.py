@@ -301,7 +301,9 @@ class Coordinator:
             last = f"{j.loss[-1]:.6g}" if j.loss else "-"
             _say(f"job {j.name}: {j.status} after {j.iterations} iterations, loss {last}"
                  + (f" ({j.reason})" if j.reason else ""))
-        _say(f"metrics: {self.run_dir / 'metrics.h5'}")
+        where = os.path.abspath(self.run_dir)  # a Slurm log is read from anywhere
+        _say(f"metrics: {os.path.join(where, 'metrics.h5')} (table and plots: slaq report "
+             f"{shlex.quote(where)})")
 
     def _save(self, finished: bool) -> None:
         elapsed = self.now()

@@ -61,10 +61,14 @@ def test_moved_job_matches_fixed_ranks(tmp_path: Path) -> None:
 
 
 def test_quickstart_shape_run_on_8_ranks(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, "small8.yaml")
+    cfg = _config(tmp_path, "small8.yaml", output_dir="run")  # relative to the launch directory
     out = _run(8, cfg, tmp_path)
     # 7 busy worker ranks: on fewer CPUs the run says its jobs' collectives wait sleeping
     assert ("worker ranks share" in out) == (_cpus() < 7), out[:2000]
+    # the log's last line says where the metrics are and how to read them, from anywhere
+    # (absolute: a Slurm log is read from another directory)
+    assert out.rstrip().splitlines()[-1] == (f"metrics: {tmp_path / 'run' / 'metrics.h5'} "
+                                             f"(table and plots: slaq report {tmp_path / 'run'})")
     with h5py.File(tmp_path / "run" / "metrics.h5") as f:
         statuses = {n: g.attrs["status"] for n, g in f["jobs"].items()}
         assert set(statuses.values()) == {"done"}, statuses
