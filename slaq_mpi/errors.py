@@ -55,6 +55,7 @@ DAMAGED_FILE_ERRORS = (RuntimeError, LookupError, ValueError, TypeError, Attribu
 broken attribute or metadata blocks, KeyError/IndexError for missing parts, ValueError/TypeError
 for bad values."""
 
+
 def disk_full_hint(exc: BaseException, run_dir: object) -> str | None:
     """What to do when ``exc`` (or the worker error it reports) is a full disk or an exhausted
     quota (ENOSPC, EDQUOT); None for any other error."""

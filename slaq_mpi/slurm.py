@@ -419,9 +419,11 @@ def launch_notes(settings: SlurmSettings, cwd: Path) -> list[str]:
     path that is not an executable here. Notes, not refusals: compute nodes may differ, and
     ``setup`` commands (modules) may provide them."""
     notes = []
-    for key in ("python", "mpiexec"):
-        path = getattr(settings, key)
-        if key == "mpiexec" and settings.launcher != "mpiexec" or path is None or "/" not in path:
+    paths = {"python": settings.python}
+    if settings.launcher == "mpiexec":
+        paths["mpiexec"] = settings.mpiexec
+    for key, path in paths.items():
+        if path is None or "/" not in path:  # a bare name is looked up on the job's PATH
             continue
         full = _workdir(settings, cwd) / path  # where the job runs; an absolute path stays itself
         if not (full.is_file() and os.access(full, os.X_OK)):

@@ -69,10 +69,6 @@ def _progress(args: argparse.Namespace) -> Any:
     return say
 
 
-def _num(v: float) -> float | None:
-    return float(v) if v is not None and math.isfinite(v) else None
-
-
 def _check_out(out: str | None) -> None:
     """Refuse an empty ``--out DIR`` (which would otherwise mean: write nothing)."""
     if out is not None and not out.strip():
@@ -193,6 +189,7 @@ def cmd_sim_check(args: argparse.Namespace) -> int:
     """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
     from slaq_mpi import rundir
     from slaq_mpi.sim.run import compare_with_run, read_real_run
+    from slaq_mpi.summary import json_value
 
     _check_out(args.out)
     if args.out is None:
@@ -209,7 +206,8 @@ def cmd_sim_check(args: argparse.Namespace) -> int:
             cmp = compare_with_run(args.run_dir, out=args.out, epoch_model=args.epoch_model)
     ok = cmp.mean_share_difference <= args.threshold
     if args.json:
-        print(json.dumps({"mean_share_difference": _num(cmp.mean_share_difference),
+        print(json.dumps({"mean_share_difference": json_value("mean_share_difference",
+                                                                    cmp.mean_share_difference),
                           "threshold": args.threshold, "ok": ok}))
     else:
         print("seconds per iteration on a cores, fitted to the real run (the simulator's scaling model):")
