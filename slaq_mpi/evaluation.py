@@ -387,16 +387,19 @@ def core_share_by_loss_group(run: RunData,
         if job is not None:
             norm[:, col] = normalized_loss_at(job, l_star.get(name, 0.0), times)
     alloc = np.asarray(run.alloc, dtype=np.float64)
-    for e in range(len(times)):
-        cols = np.flatnonzero(~np.isnan(norm[e]))
-        held = alloc[e, cols].sum() if len(cols) else 0.0
-        if held <= 0:
-            continue
-        order = cols[np.argsort(-norm[e, cols], kind="stable")]
-        rank = np.arange(len(order)) / len(order)
-        for g, (lo, hi) in enumerate(((0.0, 0.25), (0.25, 0.5), (0.5, 1.01))):
-            pick = order[(rank >= lo) & (rank < hi)]
-            shares[e, g] = alloc[e, pick].sum() / held
+    active = ~np.isnan(norm)
+    n = active.sum(axis=1)
+    # per epoch, the active jobs by falling loss (ties: column order), inactive ones last
+    order = np.argsort(np.where(active, -norm, np.inf), axis=1, kind="stable")
+    held_by_rank = np.where(np.take_along_axis(active, order, axis=1),
+                            np.take_along_axis(alloc, order, axis=1), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rank = np.arange(norm.shape[1])[None, :] / n[:, None]  # position / active jobs
+    held = held_by_rank.sum(axis=1)
+    ok = held > 0
+    for g, (lo, hi) in enumerate(((0.0, 0.25), (0.25, 0.5), (0.5, 1.01))):
+        group = np.where((rank >= lo) & (rank < hi), held_by_rank, 0.0).sum(axis=1)
+        shares[ok, g] = group[ok] / held[ok]
     return times, shares
 
 
