@@ -7,13 +7,40 @@ import errno
 import importlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TextIO
 
 from slaq_mpi._text import count
 from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
+
+
+def quiet_stdout() -> None:
+    """Send the rest of standard output to /dev/null: its reader has gone (``slaq ... | head``).
+
+    Python raises ``BrokenPipeError`` where a Unix tool would get SIGPIPE; after this call the
+    process can finish its work (and exit) without writing to the closed pipe again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def printer(stream: TextIO) -> Callable[[str], None]:
+    """``print`` to ``stream`` for a command's lines; when standard output's reader has gone
+    (``| head``), the command goes on with its work (files, plots) without printing."""
+
+    def say(msg: str) -> None:
+        try:
+            print(msg, file=stream, flush=True)
+        except BrokenPipeError:
+            if stream is not sys.stdout:
+                raise
+            quiet_stdout()
+
+    return say
 
 # Modules that add their own subcommands through ``add_cli(subparsers)``.
 _COMMAND_MODULES = (
@@ -111,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _launch_rank() in (None, "0"):  # under srun/mpiexec, say it once
             print(f"slaq: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `slaq report DIR | head`: the reader has what it wanted
+        quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except OSError as exc:  # a path given too long for the filesystem, wherever it is first used
         if exc.errno != errno.ENAMETOOLONG:
             raise

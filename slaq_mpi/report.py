@@ -14,10 +14,10 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
+from slaq_mpi.cli import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.evaluation import RunData, common_l_star, observed, run_span
 from slaq_mpi.outpaths import check_writable
@@ -242,7 +242,7 @@ def plots_dir(run_dirs: Sequence[str | Path]) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     """Print the table and write the PNG figures."""
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
-    say = partial(print, file=out)
+    say = printer(out)  # `| head` still gets the PNGs written
     runs = load_runs(args.run_dirs)
     chosen = _window(args.window)
     if args.out is not None:
@@ -273,7 +273,7 @@ def cmd_report(args: argparse.Namespace) -> int:
               "workload's runs on their own")
     if args.json:
         print(json.dumps({"runs": {k: {m: json_value(m, v) for m, v in r.items()}
-                                   for k, r in rows.items()}}))
+                                   for k, r in rows.items()}}), flush=True)
     return 0
 
 

@@ -478,3 +478,31 @@ def test_ctrl_c_during_a_simulation_is_one_line_and_status_130(tmp_path: Path) -
     assert first.startswith("simulating slaq"), first
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "slaq: interrupted", err
+
+
+def test_a_reader_that_goes_away_stops_neither_simulate_nor_report(config_file: Path,
+                                                                  tmp_path: Path) -> None:
+    """`slaq simulate ... | head -1` still writes every policy; `slaq report | head -1` its PNGs."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    for argv in (["simulate", str(config_file), "--out", "sim"], ["report", "sim"]):
+        proc = subprocess.Popen([sys.executable, "-m", "slaq_mpi", *argv], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # as `| head -1` does after its line
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
+        assert first.strip(), err
+        assert "Traceback" not in err and proc.returncode == 0, (argv, proc.returncode, err)
+    assert sorted(p.name for p in (tmp_path / "sim").iterdir() if p.is_dir()) == ["fair", "fifo"]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return  # the table alone: no plots to check
+    assert (tmp_path / "sim" / "avg_normalized_loss.png").is_file()

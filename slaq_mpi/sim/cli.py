@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi._text import count
+from slaq_mpi.cli import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.outpaths import check_writable
 
@@ -61,12 +62,9 @@ def _fraction(text: str) -> float:
 
 
 def _progress(args: argparse.Namespace) -> Any:
-    stream = sys.stderr if args.json else sys.stdout
-
-    def say(msg: str) -> None:
-        print(msg, file=stream, flush=True)
-
-    return say
+    """Progress lines (stderr with ``--json``); a reader that goes away (``| head``) does not
+    stop the simulation: every policy's metrics.h5 is still written."""
+    return printer(sys.stderr if args.json else sys.stdout)
 
 
 def _check_out(out: str | None) -> None:
