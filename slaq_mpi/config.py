@@ -411,7 +411,7 @@ def _dataset(raw: Any, where: str, check_files: bool,
     for key, want in {**GENERATOR_REQUIRED, "seed": int, **optional}.items():
         if key not in params:
             if key in GENERATOR_REQUIRED:
-                raise ConfigError(f"{where}.{key}", None, f"is required for generator {gen!r}")
+                raise ConfigError(f"{where}.{key}", NO_VALUE, f"is required for generator {gen!r}")
             continue
         problem = generator_param_problem(key, params[key])  # the rules of `slaq data make` too
         if problem is not None:
@@ -592,7 +592,7 @@ def _section(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
 def _req(raw: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in raw or raw[key] is None:
         full = key if where == "config" else f"{where}.{key}"
-        raise ConfigError(full, None, "this key is required")
+        raise ConfigError(full, NO_VALUE if key not in raw else None, "this key is required")
     return raw[key]
 
 

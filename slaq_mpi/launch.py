@@ -52,7 +52,7 @@ def find_mpiexec(explicit: str | None) -> str:
         return str(here)
     found = shutil.which("mpiexec")
     if found is None:
-        raise ConfigError("mpiexec", None, "no MPI launcher found: pip install 'slaq-mpi[mpich]' "
+        raise ConfigError("mpiexec", NO_VALUE, "no MPI launcher found: pip install 'slaq-mpi[mpich]' "
                           "or load your cluster's MPI module, or pass --mpiexec PATH")
     return found
 
@@ -84,7 +84,7 @@ def _spec_and_dir(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]
             config.check_memory(spec)
         return spec, run_dir, True
     if not args.config:
-        raise ConfigError("config", None, "give an experiment YAML, or --resume RUN_DIR")
+        raise ConfigError("config", NO_VALUE, "give an experiment YAML, or --resume RUN_DIR")
     spec = config.load(args.config)
     config.require_live(spec)
     config.check_sections(spec, simulation_files=False)

@@ -815,3 +815,31 @@ def test_validate_accepts_what_run_accepts_and_notes_what_only_submit_refuses(tm
     with_section = {**_with(["epoch_seconds"], 1500), "slurm": {"time": "00:30:00"}}
     cfg.write_text(yaml.safe_dump(with_section))
     _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "slurm.time")  # a section given: checked
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda raw: raw.pop("name"), "name: this key is required"),
+    (lambda raw: raw["jobs"][0]["dataset"].pop("rows"), "jobs[0].dataset.rows: is required"),
+    (lambda raw: raw["jobs"][0].update(utility={"deadline": 5}),
+     "jobs[0].utility.value: this key is required"),
+    (lambda raw: raw.update(simulation={"workload": {"jobs": 3}}),
+     "simulation.workload.mean_gap: this key is required"),
+    (lambda raw: raw.update(simulation={"workload": {"mean_gap": 3}}),
+     "simulation.workload.jobs: this key is required"),
+    (lambda raw: raw.update(simulation={"nodes": 2}), "simulation.cores_per_node: this key is required"),
+])
+def test_a_missing_key_is_named_without_a_value_the_user_never_wrote(edit, needle: str,
+                                                                     tmp_path: Path) -> None:
+    from slaq_mpi import config
+    from slaq_mpi.errors import ConfigError
+    from slaq_mpi.sim.settings import parse_settings
+
+    raw = yaml.safe_load(yaml.safe_dump(GOOD))
+    edit(raw)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as err:
+        spec = config.load(cfg, check_files=False)
+        parse_settings(spec)
+    assert str(err.value).startswith(needle), str(err.value)
+    assert "None" not in str(err.value)

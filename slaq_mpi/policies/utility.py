@@ -75,7 +75,7 @@ def validate_utility(raw: Any, where: str) -> dict[str, float]:
             raise ConfigError(f"{where}.{key}", NO_VALUE,
                               f"unknown key; allowed keys: {', '.join(UTILITY_KEYS)}")
     if "value" not in raw:
-        raise ConfigError(f"{where}.value", None, "this key is required: what finishing the job is worth")
+        raise ConfigError(f"{where}.value", NO_VALUE, "this key is required: what finishing the job is worth")
     out = {"value": number(raw["value"], f"{where}.value", 0.0)}
     if raw.get("deadline") is not None:
         out["deadline"] = number(raw["deadline"], f"{where}.deadline", 0.0)

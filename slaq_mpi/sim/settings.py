@@ -145,7 +145,7 @@ def parse_settings(spec: Any, check_files: bool = True) -> SimSettings:
     elif node_keys:
         for key, other in (("nodes", "cores_per_node"), ("cores_per_node", "nodes")):
             if key not in raw:
-                raise ConfigError(f"{w}.{key}", None, f"this key is required with {w}.{other} "
+                raise ConfigError(f"{w}.{key}", NO_VALUE, f"this key is required with {w}.{other} "
                                   "(capacity = nodes * cores_per_node); or give capacity")
         capacity = integer(raw["nodes"], f"{w}.nodes", 1, MAX_RANKS) * integer(
             raw["cores_per_node"], f"{w}.cores_per_node", 1, MAX_RANKS)
@@ -249,9 +249,9 @@ def _workload(raw: Any, spec: Any) -> WorkloadSettings:
     w = "simulation.workload"
     wl = _keys(raw, w, _WORKLOAD_KEYS)
     if "jobs" not in wl:
-        raise ConfigError(f"{w}.jobs", None, "this key is required: the number of arrivals")
+        raise ConfigError(f"{w}.jobs", NO_VALUE, "this key is required: the number of arrivals")
     if "mean_gap" not in wl:
-        raise ConfigError(f"{w}.mean_gap", None, "this key is required: mean seconds between arrivals")
+        raise ConfigError(f"{w}.mean_gap", NO_VALUE, "this key is required: mean seconds between arrivals")
     names = {j.name for j in spec.jobs}
     mix = _keys(wl.get("mix", {}) or {}, f"{w}.mix", names)
     weights = {str(k): number(v, f"{w}.mix.{k}", 0.0, hi=MAX_WEIGHT) for k, v in mix.items()}
