@@ -293,6 +293,16 @@ def test_a_job_that_would_run_for_years_is_refused_unless_the_run_is_bounded() -
     assert len(run.epoch_time) == 3
 
 
+@pytest.mark.parametrize("scaling", [{"default": {"overhead": 1e6}}, {"logreg": {"overhead": 1e6}}])
+def test_a_job_made_years_long_by_its_overhead_names_the_overhead(scaling: dict) -> None:
+    spec = make_spec({"capacity": 4, "curves": "analytic", "scaling": scaling})
+    with pytest.raises(ConfigError) as info:
+        run_policies(spec, ["fair"])
+    # not work_scale, which the user may not have set
+    assert info.value.where == "simulation.scaling.logreg.overhead" and info.value.value == 1e6
+    assert "overhead and communication" in str(info.value) and "simulation.horizon" in str(info.value)
+
+
 @pytest.mark.parametrize(("simulation", "where", "needle"), [
     ({"nodes": 20}, "simulation.cores_per_node", "required with simulation.nodes"),
     ({"cores_per_node": 32}, "simulation.nodes", "required with simulation.cores_per_node"),

@@ -179,8 +179,20 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
         scaling = ScalingModel(work=work, overhead=sc.overhead, comm=sc.comm)
         cores = min(tpl.max_cores or settings.capacity, settings.capacity)
         best = work * math.log(2) / sc.comm if sc.comm > 0 else cores  # t(a) is least there
-        alone = stop * min(scaling.seconds(c) for c in (1, cores, max(1, min(cores, round(best)))))
+        at = min((1, cores, max(1, min(cores, round(best)))), key=scaling.seconds)
+        alone = stop * scaling.seconds(at)
         if alone > MAX_JOB_SECONDS and settings.horizon is None and settings.max_epochs is None:
+            fixed = sc.overhead + sc.comm * math.log2(at)
+            if fixed >= work / at:  # the per-iteration overhead, not the work, makes it long
+                key = "overhead" if sc.overhead >= sc.comm * math.log2(at) else "comm"
+                raise ConfigError(
+                    f"simulation.scaling.{tpl.algorithm}.{key}", getattr(sc, key),
+                    f"job {name!r} ({tpl.algorithm}) would take {alone:.3g} simulated seconds "
+                    f"alone ({stop} iterations of {fixed:.3g} s of overhead and communication "
+                    f"on {at} cores, {work / at:.3g} s of work), more than {MAX_JOB_SECONDS:.0e}; "
+                    f"lower simulation.scaling.{tpl.algorithm}.overhead and comm (or default's), "
+                    "or set simulation.horizon, simulation.max_epochs or --max-epochs to simulate "
+                    "part of it")
             raise ConfigError(
                 "simulation.work_scale", settings.work_scale,
                 f"job {name!r} ({tpl.algorithm}) would take {alone:.3g} simulated seconds alone on "
