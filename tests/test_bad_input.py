@@ -326,9 +326,10 @@ def test_missing_curve_file_is_refused_by_validate(tmp_path: Path) -> None:
                  "does not exist")
     (tmp_path / "bad.npz").write_text("not a zip")
     cfg.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "bad.npz"})))
-    proc = run_slaq(["simulate", str(cfg)], cwd=tmp_path)
-    _refused(proc, "bad.npz", "not a curve library")
-    assert "pickle" not in proc.stderr  # numpy's own words about the bytes are no help
+    for cmd in ("validate", "simulate"):  # validate checks what simulate will read
+        proc = run_slaq([cmd, str(cfg)], cwd=tmp_path)
+        _refused(proc, "simulation.curve_file", "'bad.npz'", "not a curve library")
+        assert "pickle" not in proc.stderr  # numpy's own words about the bytes are no help
     (tmp_path / "lib").mkdir()
     cfg.write_text(yaml.safe_dump(_with(["simulation"], {"curve_file": "lib"})))
     _refused(run_slaq(["validate", str(cfg)], cwd=tmp_path), "simulation.curve_file", "is a directory")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi.errors import NO_VALUE, ConfigError
+from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
 from slaq_mpi.values import MAX_RANKS, integer, number
 
 __all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
@@ -178,6 +178,14 @@ def parse_settings(spec: Any, check_files: bool = True) -> SimSettings:
         raise ConfigError(f"{w}.curve_file", curve_file, "the file does not exist (relative paths "
                           "are read from the working directory; write one with "
                           "`slaq curves record --out FILE`)")
+    if check_files and curve_file is not None:
+        from slaq_mpi.sim.curves import CurveLibrary
+
+        try:
+            CurveLibrary.load(curve_file)
+        except DataError:
+            raise ConfigError(f"{w}.curve_file", curve_file, "not a curve library (the .npz file "
+                              "`slaq curves record --out FILE` writes)") from None
     workload = None
     if raw.get("workload") is not None:
         workload = _workload(raw["workload"], spec)
