@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slaq_mpi._text import seconds
 from slaq_mpi.cli import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.evaluation import RunData, common_l_star, observed, run_span
@@ -190,7 +191,7 @@ def same_workload(runs: Sequence[RunData]) -> bool:
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
-    if not text:
+    if text is None:
         return None
     try:
         lo, hi = (float(x) for x in text.split(":"))
@@ -208,7 +209,7 @@ def window_line(window: tuple[float, float] | None, chosen: bool = False) -> str
     if window is None:
         return "average normalized loss over each run's own window (first arrival to last end)"
     how = "the window given" if chosen else "the common window (first arrival until the first run ends)"
-    return f"average normalized loss over {how}: {window[0]:g}-{window[1]:g} s"
+    return f"average normalized loss over {how}: {seconds(window[0])}-{seconds(window[1])} s"
 
 
 def _window_notes(runs: dict[str, RunData], window: tuple[float, float]) -> list[str]:
@@ -220,11 +221,11 @@ def _window_notes(runs: dict[str, RunData], window: tuple[float, float]) -> list
             continue
         first, last = run_span(seen)
         if window[0] >= last:
-            notes.append(f"note: run {label} ended at {last:g} s, before the window starts: no job "
+            notes.append(f"note: run {label} ended at {seconds(last)} s, before the window starts: no job "
                          "is active in it")
         elif window[1] > last:
-            notes.append(f"note: run {label} ended at {last:g} s, inside the window: its average "
-                         f"covers {max(window[0], first):g}-{last:g} s only")
+            notes.append(f"note: run {label} ended at {seconds(last)} s, inside the window: its average "
+                         f"covers {seconds(max(window[0], first))}-{seconds(last)} s only")
     return notes
 
 

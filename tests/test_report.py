@@ -279,7 +279,8 @@ def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert args.func(args) == 0
     assert f"note: run fair ended at {ends['fair']:g} s, before the window starts: no job is active " \
            "in it" in capsys.readouterr().out
-    for text, why in (("5:1", "END must be greater"), ("-5:10", "START >= 0"), ("nan:5", "finite")):
+    for text, why in (("5:1", "END must be greater"), ("-5:10", "START >= 0"), ("nan:5", "finite"),
+                      ("", "must be START:END")):  # an empty --window is refused, as --out ''
         with pytest.raises(ConfigError, match=why):
             bad = parse(["report", str(sim_dir), "--no-plots", f"--window={text}"])
             bad.func(bad)
@@ -336,3 +337,10 @@ def test_core_share_titles_are_the_time_weighted_shares_of_the_table(
         assert title == f"{label}: high {want[0]}, medium {want[1]}, low {want[2]} of cores", title
         times = run.epoch_time
         assert len(set(np.round(np.diff(times), 6))) > 1  # epochs of unequal length: it matters
+
+
+def test_window_times_stay_readable_at_any_size() -> None:
+    from slaq_mpi.report import window_line
+
+    assert window_line((0.0, 3484.98)).endswith(": 0-3484.98 s")
+    assert window_line((1e9, 1.5e9), chosen=True).endswith(": 1,000,000,000-1,500,000,000 s")

@@ -435,6 +435,10 @@ def test_a_budget_above_the_simulation_cap_is_noted_and_capped() -> None:
     assert notes == ["job long: stop.max_iterations 300 is above simulation.max_iterations 200; "
                      "its simulated copies stop at 200 iterations"]
     assert {j.name: j.stop_iter for j in jobs} == {"long": 200, "short": 100}
+    raw["simulation"]["workload"] = {"jobs": 3, "mean_gap": 1.0, "mix": {"short": 1}}
+    notes = []
+    _, jobs = prepare(config.parse(raw, check_files=False), notes=notes)
+    assert notes == [] and {j.template for j in jobs} == {"short"}  # no copy of long: no note
 
 
 def test_a_failed_metrics_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path: Path) -> None:

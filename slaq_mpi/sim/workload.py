@@ -145,7 +145,10 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                  for i, (w, a) in enumerate(zip(which, arrivals, strict=True))]
     utilities = {t.name: None if t.utility is None else validate_utility(t.utility, f"jobs[{i}].utility")
                  for i, t in enumerate(templates)}
+    used = {tpl.name for tpl, *_ in picks}
     for t in templates:
+        if t.name not in used:  # no copy of it arrives (mix weight 0): nothing to note
+            continue
         if t.stop.max_iterations is not None and t.stop.max_iterations > settings.max_iterations:
             notes.append(f"job {t.name}: stop.max_iterations {t.stop.max_iterations} is above "
                          f"simulation.max_iterations {settings.max_iterations}; its simulated "
