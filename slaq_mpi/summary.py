@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,31 @@ from slaq_mpi.fairness import power_mean, rhos, speedups, total_utility
 __all__ = ["COUNT_METRICS", "SUMMARY_METRICS", "MetricFn", "json_value", "summarize", "summarize_runs"]
 
 
+_MEMOS: list[dict[Any, Any]] = []
+
+
+def _per_run(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(run, l_star, *args)`` computed once per run while :func:`summarize` fills a row:
+    the table asks for the same speed-ups, rhos and reduction times several times (min, mean,
+    ...). :func:`summarize` forgets the results when its row is done."""
+    memo: dict[Any, Any] = {}
+    _MEMOS.append(memo)
+
+    def call(run: RunData, l_star: Mapping[str, float], *args: Any) -> Any:
+        key = (id(run), id(l_star), args)  # the objects live until the row is done
+        if key not in memo:
+            memo[key] = fn(run, l_star, *args)
+        return memo[key]
+
+    return call
+
+
+_speedups = _per_run(speedups)
+_rhos = _per_run(lambda run, _ls: rhos(run))
+_reduction_times = _per_run(reduction_times)
+_mean_core_shares = _per_run(mean_core_shares)
+
+
 def _nanmean(a: np.ndarray) -> float:
     a = a[~np.isnan(a)]
     return float(a.mean()) if len(a) else math.nan
@@ -47,7 +73,7 @@ MetricFn = Callable[[RunData, Mapping[str, float]], float]
 def _mean_share(group: int) -> MetricFn:
     """The time-weighted mean of a loss group's core share (:func:`mean_core_shares`)."""
     def share(run: RunData, l_star: Mapping[str, float]) -> float:
-        return float(mean_core_shares(run, l_star)[group])
+        return float(_mean_core_shares(run, l_star)[group])
 
     return share
 
@@ -66,12 +92,12 @@ SUMMARY_METRICS: dict[str, MetricFn] = {
     "avg_normalized_loss": average_normalized_loss,
     "normalized_loss_job_s": normalized_loss_job_seconds,
     "mean_active_jobs": mean_active_jobs,
-    "mean_time_to_90": lambda r, ls: _nanmean(reduction_times(r, ls, 90)),
-    "median_time_to_90": lambda r, ls: _nanmedian(reduction_times(r, ls, 90)),
-    "mean_time_to_95": lambda r, ls: _nanmean(reduction_times(r, ls, 95)),
-    "median_time_to_95": lambda r, ls: _nanmedian(reduction_times(r, ls, 95)),
-    "reached_90": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 90)))),
-    "reached_95": lambda r, ls: float(np.sum(~np.isnan(reduction_times(r, ls, 95)))),
+    "mean_time_to_90": lambda r, ls: _nanmean(_reduction_times(r, ls, 90)),
+    "median_time_to_90": lambda r, ls: _nanmedian(_reduction_times(r, ls, 90)),
+    "mean_time_to_95": lambda r, ls: _nanmean(_reduction_times(r, ls, 95)),
+    "median_time_to_95": lambda r, ls: _nanmedian(_reduction_times(r, ls, 95)),
+    "reached_90": lambda r, ls: float(np.sum(~np.isnan(_reduction_times(r, ls, 90)))),
+    "reached_95": lambda r, ls: float(np.sum(~np.isnan(_reduction_times(r, ls, 95)))),
     "median_completion": lambda r, ls: _nanmedian(completion_times(r)),
     "mean_completion": lambda r, ls: _nanmean(completion_times(r)),
     "makespan": lambda r, ls: makespan(r),
@@ -81,11 +107,11 @@ SUMMARY_METRICS: dict[str, MetricFn] = {
     "core_share_medium": _mean_share(1),
     "core_share_low": _mean_share(2),
     "total_utility": lambda r, ls: total_utility(r),
-    "max_rho": lambda r, ls: _nanmax(rhos(r)),
-    "mean_rho": lambda r, ls: _nanmean(rhos(r)),
-    "min_speedup": lambda r, ls: _nanmin(speedups(r, ls)),
-    "mean_speedup": lambda r, ls: _nanmean(speedups(r, ls)),
-    "p_mean_speedup": lambda r, ls: power_mean(speedups(r, ls)),
+    "max_rho": lambda r, ls: _nanmax(_rhos(r, ls)),
+    "mean_rho": lambda r, ls: _nanmean(_rhos(r, ls)),
+    "min_speedup": lambda r, ls: _nanmin(_speedups(r, ls)),
+    "mean_speedup": lambda r, ls: _nanmean(_speedups(r, ls)),
+    "p_mean_speedup": lambda r, ls: power_mean(_speedups(r, ls)),
 }
 
 #: Metrics that count jobs: whole numbers in JSON output.
@@ -104,7 +130,11 @@ def summarize(run: RunData, l_star: Mapping[str, float],
     """Every metric of ``metrics`` (default :data:`SUMMARY_METRICS`) for one run."""
     table = SUMMARY_METRICS if metrics is None else metrics
     run = observed(run)
-    out = {name: float(fn(run, l_star)) for name, fn in table.items()}
+    try:
+        out = {name: float(fn(run, l_star)) for name, fn in table.items()}
+    finally:
+        for memo in _MEMOS:
+            memo.clear()
     out.update(run.extra)
     return out
 
