@@ -53,6 +53,7 @@ __all__ = [
     "JobTrace",
     "RunData",
     "average_normalized_loss",
+    "average_core_shares",
     "avg_normalized_loss_series",
     "common_l_star",
     "comparison_window",
@@ -381,25 +382,35 @@ def core_share_by_loss_group(run: RunData,
     shares = np.full((len(times), 3), np.nan)
     if len(times) == 0 or not run.job_names:
         return times, shares
-    norm = np.full((len(times), len(run.job_names)), np.nan)
+    # (epoch, column, normalized loss) of every job active at an epoch's start: only those
+    epochs, cols, vals = [], [], []
     for col, name in enumerate(run.job_names):
         job = run.jobs.get(name)
-        if job is not None:
-            norm[:, col] = normalized_loss_at(job, l_star.get(name, 0.0), times)
-    alloc = np.asarray(run.alloc, dtype=np.float64)
-    active = ~np.isnan(norm)
-    n = active.sum(axis=1)
-    # per epoch, the active jobs by falling loss (ties: column order), inactive ones last
-    order = np.argsort(np.where(active, -norm, np.inf), axis=1, kind="stable")
-    held_by_rank = np.where(np.take_along_axis(active, order, axis=1),
-                            np.take_along_axis(alloc, order, axis=1), 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rank = np.arange(norm.shape[1])[None, :] / n[:, None]  # position / active jobs
-    held = held_by_rank.sum(axis=1)
-    ok = held > 0
-    for g, (lo, hi) in enumerate(((0.0, 0.25), (0.25, 0.5), (0.5, 1.01))):
-        group = np.where((rank >= lo) & (rank < hi), held_by_rank, 0.0).sum(axis=1)
-        shares[ok, g] = group[ok] / held[ok]
+        if job is None:
+            continue
+        end = job.end if math.isfinite(job.end) else math.inf
+        lo, hi = np.searchsorted(times, [job.arrival, end], side="left")
+        if hi > lo:
+            epochs.append(np.arange(lo, hi))
+            cols.append(np.full(hi - lo, col))
+            vals.append(normalized_loss_at(job, l_star.get(name, 0.0), times[lo:hi]))
+    if not epochs:
+        return times, shares
+    e, j, v = np.concatenate(epochs), np.concatenate(cols), np.concatenate(vals)
+    keep = ~np.isnan(v)  # a NaN loss counts as not active
+    e, j, v = e[keep], j[keep], v[keep]
+    order = np.lexsort((j, -v, e))  # per epoch, by falling loss; ties: column order
+    e, j = e[order], j[order]
+    n = np.bincount(e, minlength=len(times))
+    first = np.cumsum(n) - n
+    rank = (np.arange(len(e)) - first[e]) / n[e]  # position in its epoch / active jobs
+    held = np.asarray(run.alloc, dtype=np.float64)[e, j]
+    total = np.bincount(e, weights=held, minlength=len(times))
+    ok = total > 0
+    for g, (lo_r, hi_r) in enumerate(((0.0, 0.25), (0.25, 0.5), (0.5, 1.01))):
+        pick = (rank >= lo_r) & (rank < hi_r)
+        group = np.bincount(e[pick], weights=held[pick], minlength=len(times))
+        shares[ok, g] = group[ok] / total[ok]
     return times, shares
 
 
@@ -408,7 +419,12 @@ def mean_core_shares(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
     averaged over time: each epoch weighted by its length (epochs are cut short at arrivals
     and when jobs finish; the last one lasts until the run stopped observing). NaN if no
     epoch allocated cores."""
-    times, shares = core_share_by_loss_group(run, l_star)
+    return average_core_shares(run, *core_share_by_loss_group(run, l_star))
+
+
+def average_core_shares(run: RunData, times: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """:func:`mean_core_shares` from the run's ``(times, shares)`` of
+    :func:`core_share_by_loss_group`, already computed."""
     if not len(shares):
         return np.full(3, np.nan)
     end = observed_end(run)

@@ -38,7 +38,7 @@ def total_utility(run: RunData) -> float:
     return float(sum(job_utility(j) for j in run.jobs.values()))
 
 
-def _seconds_model(job: JobTrace) -> Callable[[float], float] | None:
+def _seconds_model(job: JobTrace) -> Callable[[np.ndarray], np.ndarray] | None:
     """Seconds per iteration as a function of (fractional) cores: the job's true model, else
     one fitted to its observations; a share below one core is time-slicing."""
     if job.scaling is not None:
@@ -53,9 +53,11 @@ def _seconds_model(job: JobTrace) -> Callable[[float], float] | None:
         m = fit_scaling((float(a), float(s)) for a, s in pairs)
         work, overhead, comm = m.work, m.overhead, m.comm
 
-    def seconds(a: float) -> float:
-        one = work + overhead
-        return one / a if a < 1 else work / a + overhead + comm * math.log2(a)
+    def seconds(a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a, dtype=np.float64)
+        whole = np.maximum(a, 1.0)
+        with np.errstate(divide="ignore"):  # a < 1: time-slicing (a share of 0 takes forever)
+            return np.where(a < 1, (work + overhead) / a, work / whole + overhead + comm * np.log2(whole))
 
     return seconds
 
@@ -90,7 +92,7 @@ def rhos(run: RunData) -> np.ndarray:
             continue
         cap = job.max_cores if job.max_cores > 0 else run.capacity
         share = min(float(cap), run.capacity / contention[i])
-        isolated = max(len(job.loss), 1) * seconds(share)
+        isolated = max(len(job.loss), 1) * float(seconds(share))
         out[i] = (end[i] - arr[i]) / isolated if isolated > 0 else np.nan
     return out
 
@@ -141,7 +143,7 @@ def speedups(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
         k0, k1 = _progress_at(job, t0), _progress_at(job, t1)
         cap = job.max_cores if job.max_cores > 0 else run.capacity
         share = np.minimum(float(cap), run.capacity / count[rows])
-        fair_k = np.minimum(k0 + (t1 - t0) / np.array([seconds(s) for s in share]), n)
+        fair_k = np.minimum(k0 + (t1 - t0) / seconds(share), n)
         grid = np.arange(n + 1, dtype=np.float64)
         fair = np.interp(k0, grid, q) - np.interp(fair_k, grid, q)
         got = np.interp(k0, grid, q) - np.interp(k1, grid, q)

@@ -24,10 +24,10 @@ import numpy as np  # noqa: E402
 from slaq_mpi.evaluation import (  # noqa: E402
     LOSS_GROUPS,
     RunData,
+    average_core_shares,
     avg_normalized_loss_series,
     core_share_by_loss_group,
     evaluation_grid,
-    mean_core_shares,
     reduction_times,
 )
 from slaq_mpi.fairness import rhos, speedups  # noqa: E402
@@ -86,7 +86,7 @@ def write_plots(runs: Mapping[str, RunData], l_star: Mapping[str, float],
         times, shares = core_share_by_loss_group(run, l_star)
         ok = ~np.isnan(shares[:, 0])
         ax.stackplot(times[ok], shares[ok].T * 100.0, labels=[f"{g} loss" for g in LOSS_GROUPS])
-        mean = mean_core_shares(run, l_star) * 100.0  # time-weighted, as the report's table
+        mean = average_core_shares(run, times, shares) * 100.0  # time-weighted, as the report's table
         ax.set_title(f"{label}: high {mean[0]:.0f}%, medium {mean[1]:.0f}%, low {mean[2]:.0f}% of cores",
                      fontsize=9)
         ax.set_ylabel("% of cores")

@@ -144,6 +144,41 @@ def test_common_l_star_is_lowest_known_in_any_run() -> None:
     assert common_l_star([r1, r2, r3])["x"] == 2.0
 
 
+def _shares_one_epoch_at_a_time(run: RunData, l_star: dict[str, float]) -> np.ndarray:
+    """The definition, literally: per epoch, rank the active jobs and add up their cores."""
+    out = np.full((len(run.epoch_time), 3), np.nan)
+    for e, t in enumerate(run.epoch_time):
+        vals = [(float(normalized_loss_at(run.jobs[n], l_star[n], np.array([t]))[0]), c, n)
+                for c, n in enumerate(run.job_names)]
+        active = sorted(((-v, c) for v, c, _ in vals if not math.isnan(v)))
+        held = sum(float(run.alloc[e, c]) for _, c in active)
+        if held > 0:
+            for g, (lo, hi) in enumerate(((0.0, 0.25), (0.25, 0.5), (0.5, 1.01))):
+                out[e, g] = sum(float(run.alloc[e, c]) for i, (_, c) in enumerate(active)
+                                if lo <= i / len(active) < hi) / held
+    return out
+
+
+def test_core_shares_match_their_definition_on_random_runs() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        jobs = []
+        for i in range(int(rng.integers(1, 9))):
+            arrival = float(rng.integers(0, 6))
+            steps = int(rng.integers(0, 6))
+            losses = rng.choice([3.0, 2.0, 1.0, 0.5, np.nan, np.inf, -np.inf], size=steps).tolist()
+            times = (arrival + np.sort(rng.uniform(0, 8, size=steps))).tolist()
+            end = arrival + float(rng.uniform(0, 10)) if rng.random() < 0.7 else math.nan
+            jobs.append(job(f"j{i}", arrival, [4.0, *losses], [arrival + 0.1, *times], end=end))
+        epochs = np.sort(rng.choice(np.arange(0.0, 12.0, 0.5), size=int(rng.integers(1, 12)),
+                                    replace=False)).tolist()
+        run = run_of(jobs, epoch_time=epochs,
+                     alloc=rng.integers(0, 4, size=(len(epochs), len(jobs))).tolist())
+        l_star = {j.name: 0.0 for j in jobs}
+        _, shares = core_share_by_loss_group(run, l_star)
+        np.testing.assert_array_equal(shares, _shares_one_epoch_at_a_time(run, l_star))
+
+
 def test_core_share_groups() -> None:
     # four active jobs with normalized losses 0.9, 0.6, 0.3, 0.1 at t=5 holding 10, 20, 30, 40 cores
     js = [job(n, 0.0, [1.0, v], [1.0, 2.0]) for n, v in (("h", 0.9), ("m", 0.6), ("l1", 0.3), ("l2", 0.1))]
