@@ -17,30 +17,37 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ende
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
 
 
-def quiet_stdout() -> None:
-    """Send the rest of standard output to /dev/null: its reader has gone (``slaq ... | head``).
+def quiet(stream: TextIO) -> None:
+    """Send the rest of ``stream`` (standard output or error) to /dev/null: its reader has gone
+    (``slaq ... | head``).
 
     Python raises ``BrokenPipeError`` where a Unix tool would get SIGPIPE; after this call the
     process can finish its work (and exit) without writing to the closed pipe again.
     """
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, stream.fileno())
     os.close(devnull)
+    _output_lost.append(stream)
 
 
-def printer(stream: TextIO) -> Callable[[str], None]:
-    """``print`` to ``stream`` for a command's lines; when standard output's reader has gone
-    (``| head``), the command goes on with its work (files, plots) without printing."""
+_output_lost: list[TextIO] = []  # the streams :func:`quiet` silenced: the exit status says so
+
+
+def printer(stream: TextIO | None) -> Callable[[str], None]:
+    """``print`` to ``stream`` for a command's lines; when the stream's reader has gone
+    (``| head``), or it is closed (``2>&-``), the command goes on with its work (files, plots)
+    without printing."""
 
     def say(msg: str) -> None:
+        if stream is None:
+            return
         try:
             print(msg, file=stream, flush=True)
         except BrokenPipeError:
-            if stream is not sys.stdout:
-                raise
-            quiet_stdout()
+            quiet(stream)
 
     return say
+
 
 # Modules that add their own subcommands through ``add_cli(subparsers)``.
 _COMMAND_MODULES = (
@@ -133,13 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe fails here, not at exit (status 120, a traceback)
+        return EXIT_BROKEN_PIPE if _output_lost and status == 0 else status
     except (ConfigError, DataError) as exc:
         if _launch_rank() in (None, "0"):  # under srun/mpiexec, say it once
             print(f"slaq: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except BrokenPipeError:  # `slaq report DIR | head`: the reader has what it wanted
-        quiet_stdout()
+    except BrokenPipeError:  # `slaq validate X | head`: the reader has what it wanted
+        quiet(sys.stdout)
         return EXIT_BROKEN_PIPE
     except OSError as exc:  # a path given too long for the filesystem, wherever it is first used
         if exc.errno != errno.ENAMETOOLONG:

@@ -402,9 +402,10 @@ def _dataset(raw: Any, where: str, check_files: bool,
         return DatasetSpec(path=str(Path(path).resolve())), rows, features, top
     gen = raw.get("generator")
     if gen not in GENERATORS:
-        raise ConfigError(
-            f"{where}.generator", gen, f"allowed: {', '.join(sorted(GENERATORS))} (or give a path)"
-        )
+        allowed = ", ".join(sorted(GENERATORS))
+        if "generator" not in raw:  # a key left out has no value to show
+            raise ConfigError(f"{where}.generator", NO_VALUE, f"give a generator ({allowed}) or a path")
+        raise ConfigError(f"{where}.generator", gen, f"allowed: {allowed} (or give a path)")
     optional = GENERATORS[gen][1]
     params = _mapping(raw, where, {"generator", "seed", *GENERATOR_REQUIRED, *optional})
     out: dict[str, Any] = {}

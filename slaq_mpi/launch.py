@@ -326,6 +326,12 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
         print(f"slaq: {exe} exited with status {status} before the run started; its message is "
               "above (see \"MPI launchers\" in the README)", file=sys.stderr, flush=True)
         return EXIT_ABORTED
+    if status < 0:  # the launcher died of a signal: the shell's status for it, and a line
+        name = signal.Signals(-status).name if -status in signal.valid_signals() else f"signal {-status}"
+        why = " (the reader of its output went away)" if -status == signal.SIGPIPE else ""
+        print(f"slaq: {exe} was killed by {name}{why}; `slaq report` and `--resume` work from "
+              "what the run last saved", file=sys.stderr, flush=True)
+        return 128 - status
     return status
 
 

@@ -194,7 +194,7 @@ def _window(text: str | None) -> tuple[float, float] | None:
     if text is None:
         return None
     try:
-        lo, hi = (float(x) for x in text.split(":"))
+        lo, hi = (float(x.replace(",", "")) for x in text.split(":"))  # as printed: 1,000,000
     except ValueError:
         raise ConfigError("--window", text, "must be START:END in seconds, e.g. 800:1600") from None
     if not (math.isfinite(lo) and math.isfinite(hi) and lo >= 0):

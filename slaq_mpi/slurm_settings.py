@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from slaq_mpi._text import seconds
 from slaq_mpi.errors import NO_VALUE, ConfigError
 from slaq_mpi.values import MAX_RANKS, integer
 
@@ -259,7 +260,7 @@ def _lead(raw: Mapping[str, Any], limit: float, epoch_seconds: float) -> int:
         raise ConfigError("slurm.signal_lead", lead, f"must exceed one epoch ({epoch_seconds:g} s): the "
                           "stop finishes the current epoch and checkpoints before the limit")
     if lead >= limit:
-        raise ConfigError("slurm.signal_lead", lead, f"must be less than the time limit ({limit:g} s)")
+        raise ConfigError("slurm.signal_lead", lead, f"must be less than the time limit ({seconds(limit)} s)")
     return lead
 
 

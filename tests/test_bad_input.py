@@ -821,6 +821,8 @@ def test_validate_accepts_what_run_accepts_and_notes_what_only_submit_refuses(tm
 @pytest.mark.parametrize(("edit", "needle"), [
     (lambda raw: raw.pop("name"), "name: this key is required"),
     (lambda raw: raw["jobs"][0]["dataset"].pop("rows"), "jobs[0].dataset.rows: is required"),
+    (lambda raw: raw["jobs"][0]["dataset"].pop("generator"),
+     "jobs[0].dataset.generator: give a generator (blobs, "),
     (lambda raw: raw["jobs"][0].update(utility={"deadline": 5}),
      "jobs[0].utility.value: this key is required"),
     (lambda raw: raw.update(simulation={"workload": {"jobs": 3}}),

@@ -340,7 +340,8 @@ def test_core_share_titles_are_the_time_weighted_shares_of_the_table(
 
 
 def test_window_times_stay_readable_at_any_size() -> None:
-    from slaq_mpi.report import window_line
+    from slaq_mpi.report import _window, window_line
 
     assert window_line((0.0, 3484.98)).endswith(": 0-3484.98 s")
     assert window_line((1e9, 1.5e9), chosen=True).endswith(": 1,000,000,000-1,500,000,000 s")
+    assert _window("1,000,000,000:1,500,000,000") == (1e9, 1.5e9)  # a printed window reads back

@@ -293,13 +293,22 @@ def test_a_job_that_would_run_for_years_is_refused_unless_the_run_is_bounded() -
     assert len(run.epoch_time) == 3
 
 
-@pytest.mark.parametrize("scaling", [{"default": {"overhead": 1e6}}, {"logreg": {"overhead": 1e6}}])
-def test_a_job_made_years_long_by_its_overhead_names_the_overhead(scaling: dict) -> None:
-    spec = make_spec({"capacity": 4, "curves": "analytic", "scaling": scaling})
+@pytest.mark.parametrize(("simulation", "where", "value"), [
+    ({"scaling": {"default": {"overhead": 1e6}}}, "simulation.scaling.default.overhead", 1e6),
+    ({"scaling": {"logreg": {"overhead": 1e6}}}, "simulation.scaling.logreg.overhead", 1e6),
+    ({"scaling": {"default": {"overhead": 1e6}, "logreg": {"cost": 1e-9}}},
+     "simulation.scaling.default.overhead", 1e6),
+    ({"max_iterations": 3 * 10**9}, "simulation.max_iterations", 3 * 10**9),  # the built-in overhead
+])
+def test_a_job_made_years_long_by_its_overhead_names_the_key_that_set_it(simulation: dict, where: str,
+                                                                         value: float) -> None:
+    endless = [{"name": "lr", "algorithm": "logreg", "stop": {"max_iterations": 3 * 10**9},  # no tolerance
+                "dataset": {"generator": "classification", "rows": 100, "features": 5}}]
+    spec = make_spec({"capacity": 4, "curves": "analytic", **simulation}, jobs=endless)
     with pytest.raises(ConfigError) as info:
         run_policies(spec, ["fair"])
     # not work_scale, which the user may not have set
-    assert info.value.where == "simulation.scaling.logreg.overhead" and info.value.value == 1e6
+    assert (info.value.where, info.value.value) == (where, value)
     assert "overhead and communication" in str(info.value) and "simulation.horizon" in str(info.value)
 
 

@@ -482,13 +482,19 @@ def test_ctrl_c_during_a_simulation_is_one_line_and_status_130(tmp_path: Path) -
 
 def test_a_reader_that_goes_away_stops_neither_simulate_nor_report(config_file: Path,
                                                                   tmp_path: Path) -> None:
-    """`slaq simulate ... | head -1` still writes every policy; `slaq report | head -1` its PNGs."""
+    """`slaq simulate ... | head -1` still writes every policy; `slaq report | head -1` its PNGs;
+    both then exit 141, as a shell reports a command whose reader went away."""
     import os
     import subprocess
     import sys
 
     from tests.conftest import ROOT
 
+    try:
+        import matplotlib  # noqa: F401
+        plots = True
+    except ImportError:  # the report prints its table and a note at once: nothing left to cut
+        plots = False
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     for argv in (["simulate", str(config_file), "--out", "sim"], ["report", "sim"]):
         proc = subprocess.Popen([sys.executable, "-m", "slaq_mpi", *argv], cwd=tmp_path, env=env,
@@ -499,10 +505,29 @@ def test_a_reader_that_goes_away_stops_neither_simulate_nor_report(config_file: 
         err = proc.stderr.read()
         proc.wait(timeout=120)
         assert first.strip(), err
-        assert "Traceback" not in err and proc.returncode == 0, (argv, proc.returncode, err)
+        cut = argv[0] == "simulate" or plots  # lines written after the reader left
+        assert "Traceback" not in err and proc.returncode == (141 if cut else 0), (argv, proc.returncode, err)
     assert sorted(p.name for p in (tmp_path / "sim").iterdir() if p.is_dir()) == ["fair", "fifo"]
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return  # the table alone: no plots to check
-    assert (tmp_path / "sim" / "avg_normalized_loss.png").is_file()
+    assert (tmp_path / "sim" / "avg_normalized_loss.png").is_file() == plots
+
+
+def test_output_into_a_pipe_closed_from_the_start(config_file: Path, tmp_path: Path) -> None:
+    """Every write fails (stdout and stderr: `2>&1 | head` after head has gone): simulate still
+    writes every policy; it and a command that only prints exit 141, without a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv in (["simulate", str(config_file), "--out", "sim", "--json"], ["validate", str(config_file)]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before slaq writes a byte
+        try:
+            proc = subprocess.run([sys.executable, "-m", "slaq_mpi", *argv], cwd=tmp_path, env=env,
+                                  stdout=write, stderr=write, timeout=120, check=False)
+        finally:
+            os.close(write)
+        assert proc.returncode == 141, argv
+    assert sorted(p.name for p in (tmp_path / "sim").iterdir() if p.is_dir()) == ["fair", "fifo"]

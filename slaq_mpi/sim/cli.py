@@ -165,7 +165,7 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
         raise ConfigError("--out", str(out), "exists and is not a curve library of `slaq curves "
                           "record` (recorded curves are merged into it); remove it or give "
                           "another file") from None
-    new = record_curves(algorithms, seed=args.seed)
+    new = record_curves(algorithms, seed=args.seed, progress=printer(sys.stdout))  # `| head`: saved still
     if not new:
         print(f"no usable curve recorded; {out} left as it was")
         return 1

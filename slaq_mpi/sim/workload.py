@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi._text import count
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.policies.utility import validate_utility
 from slaq_mpi.sim.curves import Curve, CurveLibrary, analytic_curve, extend
@@ -119,6 +120,16 @@ def _pick_curve(template: Any, conv: str, settings: SimSettings, library: CurveL
 MAX_JOB_SECONDS = 1e8  # a job longer than this alone (3 years) is a mistake in the sizes
 
 
+def _scaling_key(spec: Any, algorithm: str, key: str) -> str | None:
+    """The YAML key that set ``algorithm``'s scaling ``key``: its own entry's, else
+    ``default``'s; None when neither sets it (the built-in value)."""
+    given = (spec.simulation or {}).get("scaling") or {}
+    for entry in (algorithm, "default"):
+        if key in (given.get(entry) or {}):
+            return f"simulation.scaling.{entry}.{key}"
+    return None
+
+
 def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                    notes: list[str] | None = None) -> list[SimJob]:
     """The simulated jobs of ``spec`` in arrival order (deterministic for ``spec.seed``).
@@ -187,15 +198,17 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
         if alone > MAX_JOB_SECONDS and settings.horizon is None and settings.max_epochs is None:
             fixed = sc.overhead + sc.comm * math.log2(at)
             if fixed >= work / at:  # the per-iteration overhead, not the work, makes it long
-                key = "overhead" if sc.overhead >= sc.comm * math.log2(at) else "comm"
+                key = _scaling_key(spec, tpl.algorithm, "overhead")
+                where, value = (key, sc.overhead) if key else (
+                    "simulation.max_iterations", settings.max_iterations)  # built-in overhead: the count
                 raise ConfigError(
-                    f"simulation.scaling.{tpl.algorithm}.{key}", getattr(sc, key),
+                    where, value,
                     f"job {name!r} ({tpl.algorithm}) would take {alone:.3g} simulated seconds "
                     f"alone ({stop} iterations of {fixed:.3g} s of overhead and communication "
-                    f"on {at} cores, {work / at:.3g} s of work), more than {MAX_JOB_SECONDS:.0e}; "
-                    f"lower simulation.scaling.{tpl.algorithm}.overhead and comm (or default's), "
-                    "or set simulation.horizon, simulation.max_epochs or --max-epochs to simulate "
-                    "part of it")
+                    f"on {count(at, 'core')}, {work / at:.3g} s of work), more than {MAX_JOB_SECONDS:.0e}; "
+                    f"lower simulation.scaling.{tpl.algorithm}.overhead (or default.overhead), "
+                    "simulation.max_iterations or the job's stop.max_iterations, or set "
+                    "simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
             raise ConfigError(
                 "simulation.work_scale", settings.work_scale,
                 f"job {name!r} ({tpl.algorithm}) would take {alone:.3g} simulated seconds alone on "
