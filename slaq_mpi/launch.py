@@ -323,16 +323,26 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
         time.sleep(0.1)
     if (status not in (EXIT_BAD_INPUT, EXIT_STOPPED) and not stops  # even 0: no rank 0 ran
             and _lock_text(run_dir) == lock_before):
-        print(f"slaq: {exe} exited with status {status} before the run started; its message is "
+        print(f"slaq: {exe} {_ended(status)} before the run started; its message is "
               "above (see \"MPI launchers\" in the README)", file=sys.stderr, flush=True)
         return EXIT_ABORTED
     if status < 0:  # the launcher died of a signal: the shell's status for it, and a line
-        name = signal.Signals(-status).name if -status in signal.valid_signals() else f"signal {-status}"
-        why = " (the reader of its output went away)" if -status == signal.SIGPIPE else ""
-        print(f"slaq: {exe} was killed by {name}{why}; `slaq report` and `--resume` work from "
-              "what the run last saved", file=sys.stderr, flush=True)
+        print(f"slaq: {exe} {_ended(status)}; `slaq report` and `--resume` work from what the "
+              "run last saved", file=sys.stderr, flush=True)
         return 128 - status
     return status
+
+
+def _ended(status: int) -> str:
+    """How a launcher ended, from its ``Popen`` status (negative: killed by that signal)."""
+    if status >= 0:
+        return f"exited with status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = f"signal {-status}"
+    why = " (the reader of its output went away)" if -status == signal.SIGPIPE else ""
+    return f"was killed by {name}{why}"
 
 
 def _check_start(spec: ExperimentSpec, run_dir: Path, resume: bool) -> None:

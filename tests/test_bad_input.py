@@ -846,3 +846,22 @@ def test_a_missing_key_is_named_without_a_value_the_user_never_wrote(edit, needl
         parse_settings(spec)
     assert str(err.value).startswith(needle), str(err.value)
     assert "None" not in str(err.value)
+
+
+def test_a_launcher_killed_by_a_signal_gives_the_shells_status_and_one_line(tmp_path: Path) -> None:
+    """`slaq run cfg | head -1`: mpiexec dies of SIGPIPE once the run has begun; slaq says so
+    and exits 141 (128 + SIGPIPE), as a shell would report it."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(GOOD))
+    fake = tmp_path / "mpiexec"
+    lock = tmp_path / "runs" / ".t.lock"  # output_dir runs/t: rank 0 writes its pid here as it starts
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = -n ] || exit 0\n"  # not asked for its --version
+                    f"mkdir -p '{lock.parent}'\necho 'pid 1 on here' > '{lock}'\nkill -PIPE $$\n")
+    fake.chmod(0o755)
+    proc = run_slaq(["run", str(cfg), "--mpiexec", str(fake)], cwd=tmp_path)
+    assert proc.returncode == 141, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"slaq: {fake} was killed by SIGPIPE (the "
+                                                           "reader of its output went away)"), proc.stderr
+    fake.write_text("#!/bin/sh\nkill -TERM $$\n")  # before any rank started: named, not a number
+    proc = run_slaq(["run", str(cfg), "--mpiexec", str(fake)], cwd=tmp_path)
+    assert proc.returncode == 3 and f"{fake} was killed by SIGTERM before the run started" in proc.stderr
