@@ -34,7 +34,7 @@ from slaq_mpi.errors import (
 from slaq_mpi.generators import materialize
 from slaq_mpi.metrics import JobRecord, RunRecord
 from slaq_mpi.placement import place
-from slaq_mpi.plan import Plan, Report, cut_time, epoch_length
+from slaq_mpi.plan import Plan, Report, arrival_wait, cut_time, epoch_length
 from slaq_mpi.policies import get_policy
 from slaq_mpi.rundir import STOP_FILE, remove_stop
 from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
@@ -139,6 +139,12 @@ class Coordinator:
 
     def _one_epoch(self) -> int | None:
         now = self.now()
+        soon = min((j.arrival for j in self.record.jobs.values()
+                    if j.status == "waiting" and j.arrival > now), default=None)
+        wait = arrival_wait(now, soon, self.spec.epoch_seconds)
+        if soon is not None and wait > 0:  # the epoch cut short for it ended just before it
+            time.sleep(wait)
+            now = max(self.now(), soon)
         active = self._active(now)
         pending = [j for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
         if not active:

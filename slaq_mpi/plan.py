@@ -26,6 +26,20 @@ def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -
     return max(gap, MIN_EPOCH_SHARE * epoch_seconds)
 
 
+def arrival_wait(now: float, next_arrival: float | None, epoch_seconds: float) -> float:
+    """Seconds to wait before deciding at ``now`` so that a job arriving in a moment is part
+    of the decision: up to ``CUT_COST_SHARE`` of an epoch (what a decision costs anyway), else 0.
+
+    Workers end an epoch just before its deadline (an overrun would keep every other job
+    waiting), so the epoch cut short for an arrival ends a few ms before it; deciding then
+    would leave the new job out until a quarter-epoch later.
+    """
+    if next_arrival is None or next_arrival <= now:
+        return 0.0
+    gap = next_arrival - now
+    return gap if gap <= CUT_COST_SHARE * epoch_seconds else 0.0
+
+
 def cut_time(start: float, length: float, finished: float, epoch_seconds: float,
              freed: int, capacity: int) -> float | None:
     """When to end early the epoch ``[start, start + length)`` in which jobs holding ``freed``

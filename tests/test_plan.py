@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slaq_mpi.plan import epoch_length
+from slaq_mpi.plan import arrival_wait, epoch_length
 
 
 def test_epoch_is_cut_short_for_the_next_arrival() -> None:
@@ -12,6 +12,14 @@ def test_epoch_is_cut_short_for_the_next_arrival() -> None:
     assert epoch_length(0.0, 5.0, 2.0) == 2.0  # arrives after this epoch
     assert epoch_length(3.2, 4.5, 2.0) == pytest.approx(1.3)  # ends when the job arrives
     assert epoch_length(3.9, 4.0, 2.0) == pytest.approx(0.5)  # never below a quarter epoch
+
+
+def test_a_decision_waits_for_an_arrival_a_moment_away() -> None:
+    # workers end the epoch cut short for an arrival at 1.0 s a few ms early: wait for it
+    assert arrival_wait(0.996, 1.0, 1.0) == pytest.approx(0.004)
+    assert arrival_wait(2.0 - 2.0 / 32, 2.0, 2.0) == pytest.approx(2.0 / 32)  # up to 1/32 epoch
+    assert arrival_wait(1.9, 2.0, 2.0) == 0.0  # further: decide now, the epoch ends at it
+    assert arrival_wait(1.0, 1.0, 2.0) == 0.0 and arrival_wait(1.0, None, 2.0) == 0.0
 
 
 def test_an_epoch_is_cut_when_a_job_finishes_with_enough_of_it_left() -> None:
