@@ -248,6 +248,11 @@ def _launcher(raw: Mapping[str, Any]) -> dict[str, Any]:
 def _lead(raw: Mapping[str, Any], limit: float, epoch_seconds: float) -> int:
     if "signal_lead" not in raw:
         lead = max(_DEFAULT_LEAD, math.ceil(3 * epoch_seconds))
+        if lead > _MAX_LEAD:
+            raise ConfigError("slurm.signal_lead", NO_VALUE,
+                              f"its default, three epochs ({lead} s), is above the {_MAX_LEAD} s "
+                              "Slurm allows: give slurm.signal_lead (more than one epoch) or "
+                              "shorten epoch_seconds")
         if lead >= limit:
             raise ConfigError("slurm.time", raw.get("time", SlurmSettings.time),
                               f"leaves no room for the default warning {lead} s before the limit; "
@@ -296,6 +301,14 @@ def _extra(val: Any) -> tuple[str, ...]:
         if not text.startswith("-"):
             raise ConfigError(where, item, "must be an sbatch option starting with '-', e.g. '--mem=8G'")
         option = re.split(r"[=\s]", text, maxsplit=1)[0]
+        # sbatch (getopt_long) also takes a unique prefix of a long option: --outp is --output
+        prefix_of = [o for o in _MANAGED_OPTIONS if o.startswith("--") and len(option) > 2
+                     and o.startswith(option) and o != option] if option.startswith("--") else []
+        if prefix_of and option not in _MANAGED_OPTIONS:
+            key = _MANAGED_OPTIONS[prefix_of[0]]
+            hint = f"set it with slurm.{key}" if not key.startswith("(") else f"slaq sets it {key}"
+            raise ConfigError(where, item, f"an abbreviation of {' or '.join(prefix_of)} (sbatch "
+                              f"takes unique prefixes of long options): {hint}")
         if option in _MANAGED_OPTIONS or (len(option) > 2 and option[:2] in _MANAGED_OPTIONS
                                           and not option.startswith("--")):
             key = _MANAGED_OPTIONS.get(option, _MANAGED_OPTIONS.get(option[:2], ""))

@@ -170,6 +170,8 @@ def test_parse_time_rejects(text: str) -> None:
     ({"extra": ["-n4"]}, "slurm.extra[0]"),
     ({"extra": ["--signal=USR2@60"]}, "slurm.extra[0]"),
     ({"extra": ["--open-mode=truncate"]}, "slurm.extra[0]"),
+    ({"extra": ["--mem=1G", "--outp=/tmp/x.log"]}, "slurm.extra[1]"),  # sbatch: --output
+    ({"extra": ["--open=truncate"]}, "slurm.extra[0]"),  # sbatch: --open-mode
     ({"extra": ["--mem=1G\n#SBATCH --time=1"]}, "slurm.extra[0]"),
     ({"launcher_args": ["--a\nrm -rf ~"]}, "slurm.launcher_args"),  # two script lines
     ({"setup": ["module load a\0b"]}, "slurm.setup"),  # a NUL byte in the script
@@ -189,8 +191,18 @@ def test_bad_section_type() -> None:
 
 
 def test_extra_keeps_unmanaged_options() -> None:
-    s = settings_from_mapping({"extra": ["--mem=1G", "#SBATCH  --exclusive", "-C ib"]})
-    assert s.extra == ("--mem=1G", "--exclusive", "-C ib")
+    s = settings_from_mapping({"extra": ["--mem=1G", "#SBATCH  --exclusive", "-C ib", "--nodelist=n1",
+                                         "--ntasks-per-node=4", "--time-min=10"]})
+    assert s.extra == ("--mem=1G", "--exclusive", "-C ib", "--nodelist=n1", "--ntasks-per-node=4",
+                       "--time-min=10")
+
+
+def test_a_default_signal_lead_beyond_slurms_range_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:  # three epochs of 25,000 s: 75,000 s > 65,535
+        settings_from_mapping({"time": "3-00:00:00"}, ranks=8, epoch_seconds=25000.0)
+    assert info.value.where == "slurm.signal_lead" and "75000 s" in str(info.value)
+    s = settings_from_mapping({"time": "3-00:00:00", "signal_lead": 60000}, ranks=8, epoch_seconds=25000.0)
+    assert s.signal_lead == 60000
 
 
 # --- the subprocess boundary ---------------------------------------------------------------
