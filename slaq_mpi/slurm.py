@@ -56,18 +56,24 @@ _HEADER = """\
 #
 # One MPI rank per task: rank 0 schedules, the others train; SLAQ moves ranks between the
 # experiment's jobs every epoch. Written by `slaq submit` from the YAML's `slurm:` section
-# (docs/slurm.md); this copy uses the defaults and can also be submitted by hand:
-#
-#     sbatch [--ntasks=N --time=T --partition=P --account=A] slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]
+# (docs/slurm.md){how}
 #
 # Flow: SIGUSR1 comes {lead} s before the time limit (SIGTERM on preemption or scancel); the trap
 # below creates RUN_DIR/STOP, rank 0 finishes the epoch, checkpoints every job and exits 75, and
-# this script requeues the job (not after scancel, nor after a stop asked inside the run: a
-# RUN_DIR/STOP you create, a signal to rank 0). A restart finds RUN_DIR/state.json and
+{after}
 # resumes from it. Exit 0: every job done; 1: a job failed; 2: bad input (or RUN_DIR in use);
 # 3: aborted on an error, or the MPI launch failed before the run started; 75: stopped, not
 # requeued.
 """
+_BY_HAND = """; this copy uses the defaults and can also be submitted by hand:
+#
+#     sbatch [--ntasks=N --time=T --partition=P --account=A] slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"""
+_REQUEUES = """\
+# this script requeues the job (not after scancel, nor after a stop asked inside the run: a
+# RUN_DIR/STOP you create, a signal to rank 0). A restart finds RUN_DIR/state.json and"""
+_NO_REQUEUE = """\
+# the job ends there (slurm.requeue: false, so it is not requeued): submit it again, and the
+# new job finds RUN_DIR/state.json and"""
 
 
 def render_sbatch(settings: SlurmSettings, config: str | None = None,
@@ -76,7 +82,9 @@ def render_sbatch(settings: SlurmSettings, config: str | None = None,
     (absolute paths, as ``slaq submit`` passes them); when ``config`` is None the script takes
     CONFIG.yaml [RUN_DIR] as its arguments. Pure: no files, no environment, no clock."""
     s = settings
-    lines = [_HEADER.format(lead=s.signal_lead).rstrip("\n")]
+    how = _BY_HAND if config is None else f" for {config}." if config.isprintable() else "."  # one line
+    lines = [_HEADER.format(lead=s.signal_lead, how=how,
+                            after=_REQUEUES if s.requeue else _NO_REQUEUE).rstrip("\n")]
     directives = [
         f"--job-name={s.job_name}",
         f"--nodes={s.nodes}",
