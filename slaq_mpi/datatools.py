@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from slaq_mpi.datasets import CHUNK_ROWS, DatasetSpec, RowWriter, inspect
-from slaq_mpi.errors import ConfigError, DataError
+from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
 from slaq_mpi.generators import (
     GENERATORS,
     check_space,
@@ -105,9 +105,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                           "LibSVM input carries its label first on each line")
     if fmt != "libsvm":
         for option, given in (("--features", args.features), ("--zero-based", args.zero_based or None)):
-            if given is not None:
-                raise ConfigError(option, given, f"applies to LibSVM input only; {fmt} input has as "
-                                  "many features as columns, and no indices")
+            if given is not None:  # a flag has no value to show
+                raise ConfigError(option, NO_VALUE if given is True else given, f"applies to LibSVM "
+                                  f"input only; {fmt} input has as many features as columns, and no indices")
     if args.features is not None and args.features < 1:
         raise ConfigError("--features", args.features, "must be an integer >= 1 (the number of columns)")
     for what, given in (("input", src), ("--labels file", Path(args.labels) if args.labels else None)):

@@ -481,7 +481,7 @@ def test_convert_options_of_another_format_are_refused(tmp_path: Path, capsys) -
     (tmp_path / "a.svm").write_text("1 1:2\n")
     out = str(tmp_path / "o.h5")
     for src, option, needle in [("t.csv", ["--features", "3"], "--features: 3"),
-                                ("a.npy", ["--zero-based"], "--zero-based: True"),
+                                ("a.npy", ["--zero-based"], "--zero-based: applies to LibSVM"),
                                 ("a.svm", ["--label-column", "0"], "--label-column: 0")]:
         assert slaq_main(["data", "convert", str(tmp_path / src), out, *option]) == 2
         err = capsys.readouterr().err
