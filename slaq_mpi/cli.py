@@ -139,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slaq`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _output_lost.clear()  # this command's own losses only
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # a closed pipe fails here, not at exit (status 120, a traceback)
