@@ -142,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _output_lost.clear()  # this command's own losses only
     try:
         status = int(args.func(args))
-        sys.stdout.flush()  # a closed pipe fails here, not at exit (status 120, a traceback)
+        if sys.stdout is not None:  # None: started with stdout closed (>&-)
+            sys.stdout.flush()  # a closed pipe fails here, not at exit (status 120, a traceback)
         return EXIT_BROKEN_PIPE if _output_lost and status == 0 else status
     except (ConfigError, DataError) as exc:
         if _launch_rank() in (None, "0"):  # under srun/mpiexec, say it once

@@ -68,6 +68,7 @@ class Coordinator:
         self.stop_requested = False
         self._prev_deadline: float | None = None
         self._prev_stop: float | None = None
+        self._arrival_due: float | None = None  # the arrival the running epoch was cut short for
         self._warned_slow: set[str] = set()
         self._elapsed = elapsed
         self._t0 = time.monotonic() - elapsed
@@ -137,29 +138,36 @@ class Coordinator:
         return [j for j in self.record.jobs.values()
                 if j.status in ("waiting", "running") and j.arrival <= now]
 
+    def _wait_until(self, t: float) -> None:
+        """Sleep until the experiment's time ``t``, or until a stop is asked (checked every 50 ms)."""
+        while self.now() < t and not self.stop_requested:
+            time.sleep(min(0.05, max(0.0, t - self.now())))
+            self._check_stop_file()
+
     def _one_epoch(self) -> int | None:
         now = self.now()
-        soon = min((j.arrival for j in self.record.jobs.values()
-                    if j.status == "waiting" and j.arrival > now), default=None)
-        wait = arrival_wait(now, soon, self.spec.epoch_seconds)
-        if soon is not None and wait > 0:  # the epoch cut short for it ended just before it
-            time.sleep(wait)
-            now = max(self.now(), soon)
+        due, self._arrival_due = self._arrival_due, None
+        if due is not None and arrival_wait(now, due, self.spec.epoch_seconds) > 0:
+            # the epoch cut short for this arrival ended a few ms early: decide with the new
+            # job, as the simulator does (its epoch ends at the arrival)
+            self._wait_until(due)
+            if self.stop_requested:
+                return None
+            now = max(self.now(), due)
         active = self._active(now)
         pending = [j for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
         if not active:
             if not pending:
                 failed = any(j.status == "failed" for j in self.record.jobs.values())
                 return EXIT_FAILED if failed else EXIT_DONE
-            wake = min(j.arrival for j in pending)
             self._prev_deadline = self._prev_stop = None
-            while self.now() < wake and not self.stop_requested:
-                time.sleep(min(0.05, max(0.0, wake - self.now())))
-                self._check_stop_file()
+            self._wait_until(min(j.arrival for j in pending))
             self._observed = self.now()
             return None
-        length = epoch_length(now, min((j.arrival for j in pending), default=None),
-                              self.spec.epoch_seconds)
+        next_arrival = min((j.arrival for j in pending), default=None)
+        length = epoch_length(now, next_arrival, self.spec.epoch_seconds)
+        if next_arrival is not None and length == next_arrival - now:  # cut short for it
+            self._arrival_due = next_arrival
         snap = self._snapshot(now, active, length)
         t = time.perf_counter()
         alloc = checked_allocation(self.policy.allocate(snap), snap, self.spec.policy)

@@ -382,6 +382,11 @@ def core_share_by_loss_group(run: RunData,
     shares = np.full((len(times), 3), np.nan)
     if len(times) == 0 or not run.job_names:
         return times, shares
+    if np.any(np.diff(times) < 0):  # runs write them in order; a hand-made one may not
+        order = np.argsort(times, kind="stable")
+        shares[order] = core_share_by_loss_group(replace(run, epoch_time=times[order],
+                                                         alloc=np.asarray(run.alloc)[order]), l_star)[1]
+        return times, shares
     # (epoch, column, normalized loss) of every job active at an epoch's start: only those
     epochs, cols, vals = [], [], []
     for col, name in enumerate(run.job_names):

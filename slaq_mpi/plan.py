@@ -26,17 +26,18 @@ def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -
     return max(gap, MIN_EPOCH_SHARE * epoch_seconds)
 
 
-def arrival_wait(now: float, next_arrival: float | None, epoch_seconds: float) -> float:
-    """Seconds to wait before deciding at ``now`` so that a job arriving in a moment is part
-    of the decision: up to ``CUT_COST_SHARE`` of an epoch (what a decision costs anyway), else 0.
+def arrival_wait(now: float, due: float | None, epoch_seconds: float) -> float:
+    """Seconds the live coordinator waits at ``now`` for ``due``, the arrival the epoch that
+    just ended was cut short for (:func:`epoch_length`): up to ``CUT_COST_SHARE`` of an epoch
+    (what a decision costs anyway), else 0 (the epoch ended early for another reason).
 
     Workers end an epoch just before its deadline (an overrun would keep every other job
-    waiting), so the epoch cut short for an arrival ends a few ms before it; deciding then
-    would leave the new job out until a quarter-epoch later.
+    waiting), so that epoch ends a few ms before the arrival; deciding then would leave the
+    new job out for another quarter epoch. The simulator's epoch ends at the arrival itself.
     """
-    if next_arrival is None or next_arrival <= now:
+    if due is None or due <= now:
         return 0.0
-    gap = next_arrival - now
+    gap = due - now
     return gap if gap <= CUT_COST_SHARE * epoch_seconds else 0.0
 
 

@@ -43,10 +43,11 @@ def _per_run(fn: Callable[..., Any]) -> Callable[..., Any]:
     _MEMOS.append(memo)
 
     def call(run: RunData, l_star: Mapping[str, float], *args: Any) -> Any:
-        key = (id(run), id(l_star), args)  # the objects live until the row is done
-        if key not in memo:
-            memo[key] = fn(run, l_star, *args)
-        return memo[key]
+        key = (id(run), id(l_star), args)
+        hit = memo.get(key)
+        if hit is None or hit[0] is not run or hit[1] is not l_star:  # held: ids not reused
+            hit = memo[key] = (run, l_star, fn(run, l_star, *args))
+        return hit[2]
 
     return call
 
