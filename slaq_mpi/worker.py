@@ -54,6 +54,7 @@ class Worker:
         self._writer_job: str | None = None
         self._stop_soon = False
         self._cut = False
+        self._state_checked = False  # the job's get_state() was checked on this rank
 
     def run(self) -> None:
         """Follow plans until rank 0 says stop."""
@@ -155,6 +156,7 @@ class Worker:
             solver.set_state(state[0])
             last_loss = state[1]
         self.job, self.group, self.solver = new_job, group, solver
+        self._state_checked = False
         self.iteration, self.last_loss = done, last_loss
 
     def _epoch(self, plan: Plan, received: float) -> None:
@@ -182,13 +184,16 @@ class Worker:
                 t0 = time.monotonic()
                 try:
                     loss = _loss_value(self.solver.step())
+                    t1 = time.monotonic()
+                    if not self._state_checked:  # a state no checkpoint can hold: the job fails
+                        checkpoint.state_arrays(self.solver.get_state(), self.job)  # now, not the run later
+                        self._state_checked = True
                 except Exception as exc:
                     error = f"solver raised {exc.__class__.__name__}: {exc}"
                     print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
                           f"{traceback.format_exc()}", file=sys.stderr, flush=True)
                     status, reason = "failed", error
                     break
-                t1 = time.monotonic()
                 self.iteration += 1
                 report.losses.append(loss)
                 report.iter_seconds.append(t1 - t0)

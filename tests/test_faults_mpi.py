@@ -223,6 +223,9 @@ def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> 
         {"name": "array", "algorithm": f"{faulty}:ReturnsArrayAt", "hyperparameters": {"at": 20},
          "arrival": 0, "stop": {"max_iterations": 200},
          "dataset": {"generator": "classification", "rows": 3000, "features": 10}},
+        {"name": "state", "algorithm": f"{faulty}:ListInState",  # fails alone, not the run
+         "arrival": 0, "stop": {"max_iterations": 200},
+         "dataset": {"generator": "classification", "rows": 3000, "features": 10}},
     ]
     cfg = _config(tmp_path, jobs=raw["jobs"])
     res = run_slaq(["run", str(cfg)], cwd=tmp_path, timeout=300)
@@ -235,6 +238,7 @@ def test_failing_solvers_are_marked_failed_and_others_finish(tmp_path: Path) -> 
         assert st["array"][0] == "failed" and "step() must return the global loss as one number, " \
             "not an array of shape (1,)" in st["array"][1]
         assert len(f["jobs/array/loss"]) == 19
+        assert st["state"][0] == "failed" and "get_state()['history'] is list" in st["state"][1]
         for name in ("good-1", "good-2", "good-3"):
             assert st[name][0] == "done", st
     assert "job raises failed" in res.stdout and "job nan failed" in res.stdout

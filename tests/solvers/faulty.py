@@ -61,3 +61,11 @@ class ReturnsArrayAt(RaisesAt):
         self.k += 1
         loss = LogisticRegression.step(self)
         return np.array([loss]) if self.k >= int(self.params["at"]) else loss  # type: ignore[return-value]
+
+
+class ListInState(LogisticRegression):
+    """Logistic regression whose ``get_state()`` holds a list of arrays of different lengths,
+    which no checkpoint can store."""
+
+    def get_state(self) -> dict[str, Any]:  # type: ignore[override]
+        return {**super().get_state(), "history": [np.zeros(2), np.zeros(3)]}
