@@ -477,3 +477,18 @@ def test_time_noise_spreads_speeds_without_changing_their_mean() -> None:
         done[noise] = np.array([len(t.loss) for t in run.jobs.values()], dtype=float)
     assert done[0.0].std() == 0 and done[0.5].std() > 0  # the noise spreads the jobs' progress
     assert abs(done[0.5].mean() / done[0.0].mean() - 1) < 0.03  # ... not its mean
+
+
+def test_curves_of_a_solver_file_are_found_however_its_path_is_spelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    (tmp_path / "solvers").mkdir()
+    curve = replace(analytic_curve("linear", np.random.default_rng(0)),
+                    algorithm=f"{tmp_path / 'solvers' / 'lsq.py'}:LeastSquares")  # recorded by absolute path
+    lib = CurveLibrary([curve])
+    monkeypatch.chdir(tmp_path)
+    for spelling in ("solvers/lsq.py:LeastSquares", "./solvers/../solvers/lsq.py:LeastSquares"):
+        assert lib.for_algorithm(spelling) == [curve], spelling
+    assert lib.for_algorithm("solvers/lsq.py:Other") == []
+    assert len(lib.merged([replace(curve, algorithm="solvers/lsq.py:LeastSquares")])) == 1  # replaced

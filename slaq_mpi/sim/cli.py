@@ -115,19 +115,21 @@ def _algorithms(names: list[str] | None) -> list[str] | None:
     if not names:
         return None
     from jobs import ALGORITHMS, load_solver
+    from slaq_mpi.sim.curves import algorithm_key
 
     out: list[str] = []
-    for name in names:
+    for given in names:
+        name = algorithm_key(given)  # a solver file by its absolute path: found from anywhere
         if name in ALGORITHMS or name in out:
             pass
         elif ".py:" in name:
             try:
                 load_solver(name)
             except Exception as exc:
-                raise ConfigError("--algorithm", name, f"this solver does not load "
+                raise ConfigError("--algorithm", given, f"this solver does not load "
                                   f"({type(exc).__name__}: {exc})") from None
         else:
-            raise ConfigError("--algorithm", name, f"allowed: {', '.join(sorted(ALGORITHMS))} "
+            raise ConfigError("--algorithm", given, f"allowed: {', '.join(sorted(ALGORITHMS))} "
                               "(or a solver file: path/to/file.py:ClassName)")
         if name not in out:
             out.append(name)

@@ -57,14 +57,23 @@ def extend(losses: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate((losses, np.full(n - len(losses), losses[-1])))
 
 
+def algorithm_key(algorithm: str) -> str:
+    """The name curves of ``algorithm`` are filed under: a built-in name as it is, a solver file
+    ``path/file.py:Class`` by its absolute path (however the path was spelled, from wherever)."""
+    if ".py:" not in algorithm:
+        return algorithm
+    file_part, cls = algorithm.rsplit(":", 1)
+    return f"{Path(file_part).expanduser().resolve()}:{cls}"
+
+
 class CurveLibrary:
-    """A set of curves, indexed by algorithm."""
+    """A set of curves, indexed by algorithm (:func:`algorithm_key`)."""
 
     def __init__(self, curves: list[Curve]):
         self.curves = tuple(curves)
         self._by_alg: dict[str, list[Curve]] = {}
         for c in self.curves:
-            self._by_alg.setdefault(c.algorithm, []).append(c)
+            self._by_alg.setdefault(algorithm_key(c.algorithm), []).append(c)
 
     def __len__(self) -> int:
         return len(self.curves)
@@ -75,7 +84,7 @@ class CurveLibrary:
 
     def for_algorithm(self, algorithm: str) -> list[Curve]:
         """The curves recorded for ``algorithm`` (empty if none)."""
-        return list(self._by_alg.get(algorithm, ()))
+        return list(self._by_alg.get(algorithm_key(algorithm), ()))
 
     def cost(self, algorithm: str) -> float:
         """Median measured cost per row*feature of ``algorithm`` (a default if unmeasured)."""
@@ -90,8 +99,8 @@ class CurveLibrary:
         an algorithm left alone draws the same curves as before).
         """
         fresh = list(new)
-        replaced = {c.algorithm for c in fresh}
-        kept = [c for c in self.curves if c.algorithm not in replaced]
+        replaced = {algorithm_key(c.algorithm) for c in fresh}
+        kept = [c for c in self.curves if algorithm_key(c.algorithm) not in replaced]
         return CurveLibrary(sorted(kept + fresh, key=lambda c: c.algorithm))
 
     def save(self, path: str | Path) -> None:
