@@ -421,7 +421,8 @@ def _dataset(raw: Any, where: str, check_files: bool,
     problem = generator_label_problem(str(gen), out, solver)
     if problem is not None:
         suggest = getattr(solver, "dataset_kind", None)
-        raise ConfigError(f"{where}.generator", gen, problem + (f" (use {suggest!r})" if suggest else ""))
+        hint = f" (use {suggest!r})" if suggest and suggest != gen else ""  # not the one refused
+        raise ConfigError(f"{where}.generator", gen, problem + hint)
     return (DatasetSpec(generator=str(gen), params=out), out["rows"], out["features"],
             generator_top_label(str(gen), out))
 

@@ -865,3 +865,21 @@ def test_a_launcher_killed_by_a_signal_gives_the_shells_status_and_one_line(tmp_
     fake.write_text("#!/bin/sh\nkill -TERM $$\n")  # before any rank started: named, not a number
     proc = run_slaq(["run", str(cfg), "--mpiexec", str(fake)], cwd=tmp_path)
     assert proc.returncode == 3 and f"{fake} was killed by SIGTERM before the run started" in proc.stderr
+
+
+def test_solver_kinds_give_hints_that_help(tmp_path: Path) -> None:
+    """A refused generator is never the one suggested; curves record refuses a dataset_kind it
+    has no data for, before recording anything."""
+    (tmp_path / "odd.py").write_text(
+        "from jobs.logreg import LogisticRegression\n\n"
+        "class Binary(LogisticRegression):\n    dataset_kind = 'regression'\n\n"
+        "class Images(LogisticRegression):\n    dataset_kind = 'images'\n")
+    raw = _with(["jobs", 0, "algorithm"], "odd.py:Binary")
+    raw["jobs"][0]["dataset"] = {"generator": "regression", "rows": 100, "features": 3}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    line = _one_error_line(run_slaq(["validate", str(cfg)], cwd=tmp_path).stderr)
+    assert "jobs[0].dataset.generator: 'regression'" in line and "use 'regression'" not in line, line
+    proc = run_slaq(["curves", "record", "--algorithm", "odd.py:Images", "--out", "lib.npz"], cwd=tmp_path)
+    assert proc.returncode == 2 and "dataset_kind 'images'" in _one_error_line(proc.stderr)
+    assert not (tmp_path / "lib.npz").exists()

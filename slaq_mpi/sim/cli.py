@@ -124,10 +124,16 @@ def _algorithms(names: list[str] | None) -> list[str] | None:
             pass
         elif ".py:" in name:
             try:
-                load_solver(name)
+                solver = load_solver(name)
             except Exception as exc:
                 raise ConfigError("--algorithm", given, f"this solver does not load "
                                   f"({type(exc).__name__}: {exc})") from None
+            from slaq_mpi.sim.record import KIND_RECIPES
+
+            kind = getattr(solver, "dataset_kind", None)
+            if kind is not None and kind not in KIND_RECIPES:
+                raise ConfigError("--algorithm", given, f"its dataset_kind {kind!r} is none of "
+                                  f"{', '.join(KIND_RECIPES)}: the data it is recorded on")
         else:
             raise ConfigError("--algorithm", given, f"allowed: {', '.join(sorted(ALGORITHMS))} "
                               "(or a solver file: path/to/file.py:ClassName)")
