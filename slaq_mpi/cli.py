@@ -15,6 +15,7 @@ from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
+_output_lost: list[TextIO] = []  # the streams :func:`quiet` silenced: the exit status says so
 
 
 def quiet(stream: TextIO) -> None:
@@ -28,9 +29,6 @@ def quiet(stream: TextIO) -> None:
     os.dup2(devnull, stream.fileno())
     os.close(devnull)
     _output_lost.append(stream)
-
-
-_output_lost: list[TextIO] = []  # the streams :func:`quiet` silenced: the exit status says so
 
 
 def printer(stream: TextIO | None) -> Callable[[str], None]:
