@@ -216,6 +216,18 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
                 f"than {MAX_JOB_SECONDS:.0e}; lower simulation.work_scale, "
                 f"simulation.scaling.{tpl.algorithm}.cost or simulation.workload.size_jitter, or "
                 "set simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
+        widest = stop * scaling.seconds(cores)  # a policy may give it every core it can take
+        if widest > MAX_JOB_SECONDS and settings.horizon is None and settings.max_epochs is None:
+            key = _scaling_key(spec, tpl.algorithm, "comm")
+            where, value = (key, sc.comm) if key else ("simulation.max_iterations", settings.max_iterations)
+            raise ConfigError(
+                where, value,
+                f"job {name!r} ({tpl.algorithm}) would take {widest:.3g} simulated seconds on "
+                f"{count(cores, 'core')}, which a policy may give it ({stop} iterations of "
+                f"{scaling.seconds(cores):.3g} s, {sc.comm * math.log2(cores):.3g} s of them "
+                f"communication), more than {MAX_JOB_SECONDS:.0e}; lower "
+                f"simulation.scaling.{tpl.algorithm}.comm (or default.comm) or the job's max_cores, "
+                "or set simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
         out.append(SimJob(
             name=name,
             algorithm=tpl.algorithm,
