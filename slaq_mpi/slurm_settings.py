@@ -287,6 +287,16 @@ def _lines(val: Any, key: str) -> tuple[str, ...]:
     return tuple(v.rstrip() for v in val if v.strip())
 
 
+def _managed(option: str) -> list[str]:
+    """The options with their own key that sbatch would read ``option`` as: itself, the short
+    flag it starts with (``-n4``), or the long options it abbreviates (``--outp``)."""
+    if option in _MANAGED_OPTIONS:
+        return [option]
+    if not option.startswith("--"):
+        return [option[:2]] if len(option) > 2 and option[:2] in _MANAGED_OPTIONS else []
+    return [o for o in _MANAGED_OPTIONS if len(option) > 2 and o.startswith(option)]
+
+
 def _extra(val: Any) -> tuple[str, ...]:
     if not isinstance(val, list):
         raise ConfigError("slurm.extra", val, "must be a list of sbatch options, e.g. ['--mem=8G']")
@@ -301,18 +311,13 @@ def _extra(val: Any) -> tuple[str, ...]:
         if not text.startswith("-"):
             raise ConfigError(where, item, "must be an sbatch option starting with '-', e.g. '--mem=8G'")
         option = re.split(r"[=\s]", text, maxsplit=1)[0]
-        # sbatch (getopt_long) also takes a unique prefix of a long option: --outp is --output
-        prefix_of = [o for o in _MANAGED_OPTIONS if o.startswith("--") and len(option) > 2
-                     and o.startswith(option) and o != option] if option.startswith("--") else []
-        if prefix_of and option not in _MANAGED_OPTIONS:
-            key = _MANAGED_OPTIONS[prefix_of[0]]
+        managed = _managed(option)
+        if managed:
+            key = _MANAGED_OPTIONS[managed[0]]
             hint = f"set it with slurm.{key}" if not key.startswith("(") else f"slaq sets it {key}"
-            raise ConfigError(where, item, f"an abbreviation of {' or '.join(prefix_of)} (sbatch "
-                              f"takes unique prefixes of long options): {hint}")
-        if option in _MANAGED_OPTIONS or (len(option) > 2 and option[:2] in _MANAGED_OPTIONS
-                                          and not option.startswith("--")):
-            key = _MANAGED_OPTIONS.get(option, _MANAGED_OPTIONS.get(option[:2], ""))
-            hint = f"set it with slurm.{key}" if not key.startswith("(") else f"slaq sets it {key}"
+            if option.startswith("--") and option not in managed:  # --outp: sbatch reads it as --output
+                hint = (f"an abbreviation of {' or '.join(managed)} (sbatch takes unique prefixes "
+                        f"of long options): {hint}")
             raise ConfigError(where, item, hint)
         out.append(text)
     return tuple(out)
