@@ -17,7 +17,8 @@ residual allowed by its declared convergence class (both families for ``"unknown
 few batched Levenberg-Marquardt steps refine all four parameters of every job together.
 
 Every fit starts from scratch: the forecast is a function of the histories alone, whatever
-was fitted before (a resumed run decides as an uninterrupted one would).
+was fitted before (a resumed run decides as an uninterrupted one would). :class:`CurveMemo`
+skips refitting the histories that did not change since its previous call (same results).
 
 Losses are *normalized* as in the paper: a job's loss reduction is divided by the largest
 one-iteration reduction seen so far for that job (:func:`normalize_drops`); or, with
@@ -52,6 +53,7 @@ __all__ = [
     "FAMILY_PRIOR",
     "FAMILY_SUBLINEAR",
     "CurveFit",
+    "CurveMemo",
     "fit_curves",
     "fit_windows",
     "class_codes",
@@ -377,3 +379,57 @@ def fit_curves(
     values, mask, n, max_drop = history_windows(histories, window)
     codes = class_codes(classes) if classes is not None else np.zeros(len(histories), np.int8)
     return fit_windows(values, mask, n, max_drop, codes, decay, steps)
+
+
+def _same(old: Sequence[float], new: Sequence[float]) -> bool:
+    """Whether history ``new`` is the (immutable) tuple ``old`` was. Other sequences may change
+    in place, so they always count as changed; so does a NaN not shared as the same object."""
+    return isinstance(new, tuple) and (old is new or old == new)
+
+
+_ROW_FIELDS = ("family", "amp", "p1", "p2", "floor", "last", "n", "max_drop", "rms")
+
+
+class CurveMemo:
+    """:func:`fit_windows` for a sequence of decisions, refitting only the changed histories.
+
+    A job's fit is a function of its own history, class, ``window`` and ``decay`` alone (every
+    row of the batch is computed independently), so a job whose history and class are what
+    they were at the previous call gets that call's fit, bit for bit, and only the others are
+    fitted, as one batch. The result is the same as fitting every history from scratch.
+    Between two scheduling epochs most jobs finish no iteration (a job on one core may take
+    minutes per iteration), so most fits are reused.
+    """
+
+    def __init__(self, window: int = DEFAULT_WINDOW, decay: float = DEFAULT_DECAY) -> None:
+        self.window = int(window)
+        self.decay = float(decay)
+        self._rows: dict[str, tuple[Sequence[float], int, np.ndarray]] = {}  # id: (history, class, row)
+
+    def fit(self, job_ids: Sequence[str], histories: Sequence[Sequence[float]],
+            codes: np.ndarray) -> CurveFit:
+        """The fits of ``histories`` (classes ``codes``, see :func:`class_codes`), one row per
+        job of ``job_ids`` (distinct ids); forgets the jobs not in ``job_ids``."""
+        jobs = len(job_ids)
+        rows = np.empty((jobs, len(_ROW_FIELDS)))
+        old, new = self._rows, {}
+        fresh = []
+        for i, (jid, hist, code) in enumerate(zip(job_ids, histories, codes.tolist(), strict=True)):
+            hit = old.get(jid)
+            if hit is not None and hit[1] == code and _same(hit[0], hist):
+                rows[i] = hit[2]
+                new[jid] = (hist, code, hit[2])
+            else:
+                fresh.append(i)
+        if fresh:
+            part = [histories[i] for i in fresh]
+            values, mask, n = tail_windows(part, self.window)
+            fit = fit_windows(values, mask, n, max_drops(part), codes[fresh], self.decay)
+            got = np.stack([getattr(fit, f).astype(np.float64) for f in _ROW_FIELDS], axis=1)
+            rows[fresh] = got
+            for k, i in enumerate(fresh):
+                new[job_ids[i]] = (histories[i], int(codes[i]), got[k])
+        self._rows = new
+        cols = {f: rows[:, c] for c, f in enumerate(_ROW_FIELDS)}
+        cols["family"] = cols["family"].astype(np.int8)
+        return CurveFit(**cols)

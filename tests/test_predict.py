@@ -207,3 +207,49 @@ def test_any_history_gives_finite_nonnegative_reductions(
     assert np.isfinite(red).all() and (red >= 0).all()
     values, mask, n, md = history_windows(histories)
     assert np.isfinite(md).all() and (md >= 0).all()
+
+
+def test_curve_memo_gives_the_batch_fit_bit_for_bit_refitting_only_changed_histories() -> None:
+    """Fits reused across calls must equal fitting every history at once from scratch: the
+    brain stays a function of its snapshot while most jobs keep their fits between epochs."""
+    from slaq_mpi.predict import CurveMemo, class_codes, fit_windows
+
+    rng = np.random.default_rng(11)
+    k = np.arange(300, dtype=np.float64)
+    curves = [sublinear(k, a=rng.uniform(0, 0.01), b=rng.uniform(0.05, 1)) + 1e-3 * rng.standard_normal(300)
+              for _ in range(8)]
+    curves += [linear(k, mu=rng.uniform(0.7, 0.99)) + 1e-4 * rng.standard_normal(300) for _ in range(8)]
+    curves += [np.full(300, 2.0), np.r_[np.nan, k[1:]]]  # flat, and one with a NaN
+    ids = [f"j{i}" for i in range(len(curves))]
+    length = rng.integers(0, 40, size=len(curves))
+    classes = class_codes(rng.choice(["sublinear", "linear", "unknown"], size=len(curves)).tolist())
+    memo = CurveMemo(window=16, decay=6.0)
+    refits: list[int] = []
+    asked: list[int] = []
+    fitted = fit_windows
+    import slaq_mpi.predict as predict
+
+    def counting(values, *args, **kw):  # type: ignore[no-untyped-def]
+        refits.append(values.shape[0])
+        return fitted(values, *args, **kw)
+
+    predict.fit_windows = counting
+    try:
+        for _ in range(25):
+            moved = rng.random(len(curves)) < 0.3
+            length = length + moved * rng.integers(1, 5, size=len(curves))
+            hist = [tuple(c[:n].tolist()) for c, n in zip(curves, length, strict=True)]
+            keep = np.flatnonzero(rng.random(len(curves)) < 0.9)  # jobs come and go
+            sub_ids, sub_hist = [ids[i] for i in keep], [hist[i] for i in keep]
+            got = memo.fit(sub_ids, sub_hist, classes[keep])
+            asked.append(len(keep))
+            values, mask, n = tail_windows(sub_hist, 16)
+            want = fitted(values, mask, n, max_drops(sub_hist), classes[keep], 6.0)
+            for name in ("family", "amp", "p1", "p2", "floor", "last", "n", "max_drop", "rms"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+            assert got.family.dtype == want.family.dtype
+    finally:
+        predict.fit_windows = fitted
+    # the first call fits everything; later ones only what changed or came back
+    assert refits[0] == asked[0]
+    assert sum(refits[1:]) < 0.6 * sum(asked[1:])

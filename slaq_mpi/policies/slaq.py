@@ -1,9 +1,10 @@
 """SLAQ: give cores to the jobs whose normalized loss would drop the most next epoch.
 
-Per decision (a pure function of the snapshot: nothing is carried from one decision to the
-next, so a resumed run decides as an uninterrupted one would):
+Per decision (a pure function of the snapshot: a resumed run decides as an uninterrupted one
+would):
 
-1. normalize and fit every job's loss history together, from scratch (:mod:`slaq_mpi.predict`);
+1. normalize and fit every job's loss history (:mod:`slaq_mpi.predict`; a history unchanged
+   since the previous decision keeps its fit, which is the fit from scratch bit for bit);
 2. fit every job's seconds per iteration vs. cores (:mod:`slaq_mpi.throughput`);
 3. predicted normalized reduction of job ``j`` on ``a`` cores over the epoch ``T``:
    ``f_j(k) - f_j(k + T / t_j(a))`` (iterations capped by the job's remaining budget);
@@ -30,10 +31,8 @@ from slaq_mpi.predict import (
     FAMILY_PRIOR,
     FAMILY_SUBLINEAR,
     CurveFit,
+    CurveMemo,
     class_codes,
-    fit_windows,
-    max_drops,
-    tail_windows,
 )
 from slaq_mpi.snapshot import ClusterSnapshot
 from slaq_mpi.throughput import (
@@ -294,8 +293,8 @@ class SlaqPolicy:
             jobs have data at three or more core counts) instead of the fixed
             :data:`~slaq_mpi.throughput.SERIAL_FRACTION`.
 
-    Each decision fits every history from scratch: the same snapshot gives the same allocation,
-    whatever the policy decided before.
+    The same snapshot gives the same allocation, whatever the policy decided before: only the
+    fits of unchanged histories are kept, and they equal fits from scratch bit for bit.
     """
 
     name = "slaq"
@@ -323,6 +322,7 @@ class SlaqPolicy:
         self.min_gain = float(min_gain)
         self.normalize = normalize
         self.learn_scaling = bool(learn_scaling)
+        self._curves = CurveMemo(self.window, self.decay)
 
     def _fit_speed(self, owner: np.ndarray, cores: np.ndarray, seconds: np.ndarray,
                    count: int) -> tuple[ThroughputModel, float]:
@@ -342,10 +342,9 @@ class SlaqPolicy:
         jobs = sorted(snapshot.jobs, key=lambda j: j.job_id)
         count = len(jobs)
         histories = [j.losses for j in jobs]
-        values, mask, n = tail_windows(histories, self.window)
         ids = [j.job_id for j in jobs]
-        curves = fit_windows(values, mask, n, max_drops(histories),
-                             class_codes([j.convergence for j in jobs]), self.decay)
+        curves = self._curves.fit(ids, histories, class_codes([j.convergence for j in jobs]))
+        n = curves.n
         if self.normalize == "span":
             curves = replace(curves, span=_spans(histories, curves))
 
