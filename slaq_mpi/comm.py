@@ -16,6 +16,7 @@ import os
 import pickle
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -57,13 +58,16 @@ def abort(code: int) -> None:
     _WORLD.Abort(code)
 
 
-def _wait(request: MPI.Request) -> Any:
-    """Complete ``request`` by testing it with short sleeps in between (no spinning)."""
+def _wait(request: MPI.Request, check: Callable[[], None] | None = None) -> Any:
+    """Complete ``request`` by testing it with short sleeps in between (no spinning); ``check``
+    is called between tests (it may raise to give up waiting)."""
     delay = _SLEEP_MIN
     while True:
         done, value = request.test()
         if done:
             return value
+        if check is not None:
+            check()
         time.sleep(delay)
         delay = min(delay * 1.5, _SLEEP_MAX)
 
@@ -160,12 +164,14 @@ def world_group() -> MPIGroup:
     return MPIGroup(_WORLD)
 
 
-def split(color: int | None, key: int) -> MPIGroup | None:
+def split(color: int | None, key: int, check: Callable[[], None] | None = None) -> MPIGroup | None:
     """Collective over the world: ranks passing the same ``color`` form one new group.
 
-    Ranks passing ``None`` take part but get no group.
+    Ranks passing ``None`` take part but get no group. Until every rank has arrived,
+    ``check`` is called every few milliseconds: rank 0 raises from it when a worker posted
+    an error (a rank that failed before the split would never arrive).
     """
-    _wait(_WORLD.Ibarrier())  # arrive without spinning; the split itself is then quick
+    _wait(_WORLD.Ibarrier(), check)  # arrive without spinning; the split itself is then quick
     new = _WORLD.Split(MPI.UNDEFINED if color is None else color, key)
     return None if new == MPI.COMM_NULL else MPIGroup(new, new.Dup())
 
@@ -284,12 +290,22 @@ def stop_cut_listening() -> None:
         _cut_recv = None
 
 
+def poll_error() -> Any | None:
+    """Rank 0: a worker's posted error (see :func:`post_error`) if one is waiting, else None."""
+    status = MPI.Status()
+    if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ERROR, status=status):
+        return _WORLD.recv(source=status.Get_source(), tag=TAG_ERROR)
+    return None
+
+
 def poll_message() -> tuple[str, Any] | None:
     """Rank 0: one waiting report or error, as ``("report"|"error", payload)``, else None."""
+    error = poll_error()
+    if error is not None:
+        return "error", error
     status = MPI.Status()
-    for tag, kind in ((TAG_ERROR, "error"), (TAG_REPORT, "report")):
-        if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
-            return kind, _WORLD.recv(source=status.Get_source(), tag=tag)
+    if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_REPORT, status=status):
+        return "report", _WORLD.recv(source=status.Get_source(), tag=TAG_REPORT)
     return None
 
 

@@ -184,7 +184,7 @@ class Coordinator:
         comm.broadcast_plan(plan)
         started = time.monotonic()
         if moved:
-            comm.split(None, key=0)  # the re-split is collective over the whole world
+            comm.split(None, key=0, check=_raise_posted_error)  # collective over the whole world
         if self.epoch > 0:
             self._save(finished=False)  # the previous epoch's history, while the jobs train
         self.ranks = ranks
@@ -244,10 +244,7 @@ class Coordinator:
                 continue
             kind, payload = msg
             if kind == "error":
-                raise WorkerError(
-                    f"rank {payload['rank']} on {payload['host']} (job {payload['job']}): "
-                    f"{payload['error']}\n{payload['traceback']}"
-                )
+                raise _worker_error(payload)
             reports[payload.job] = payload
             if payload.status != "running" and cut_at is None and cut_wall is None:
                 freed += payload.cores
@@ -389,6 +386,20 @@ def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
     epoch = int(state.get("epoch", 0))
     record.truncate_epochs(epoch)  # rows of an epoch that never finished
     return record, epoch, float(state.get("elapsed", 0.0))
+
+
+def _worker_error(info: dict[str, str]) -> WorkerError:
+    """A worker's posted error (:meth:`Worker.fail`), to re-raise on rank 0."""
+    return WorkerError(f"rank {info['rank']} on {info['host']} (job {info['job']}): "
+                       f"{info['error']}\n{info['traceback']}")
+
+
+def _raise_posted_error() -> None:
+    """Raise a worker's posted error if one has arrived (rank 0, while it waits in a
+    collective that a failed worker would never join)."""
+    info = comm.poll_error()
+    if info is not None:
+        raise _worker_error(info)
 
 
 def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:

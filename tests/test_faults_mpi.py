@@ -276,3 +276,10 @@ def test_worker_error_outside_the_solver_ends_the_run_promptly(tmp_path: Path) -
     assert proc.returncode == 3, out + err  # aborted on an error: fix, then --resume
     assert "error on rank" in err and "late.h5" in err, err[-3000:]
     assert "job late)" in err, err[-3000:]  # the job being placed is named
+    # rank 0, waiting for the re-split the failed rank never joined, learns of the error and
+    # saves every epoch it finished before the abort
+    assert "slaq: error on a worker: rank" in err, err[-3000:]
+    last = max(int(e) for e in re.findall(r"^epoch +(\d+) ", out, flags=re.M))
+    assert json.loads((tmp_path / "run" / "state.json").read_text())["epoch"] == last + 1
+    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
+        assert len(f["epochs/time"]) == last + 1
