@@ -536,3 +536,20 @@ def test_output_into_a_pipe_closed_from_the_start(config_file: Path, tmp_path: P
                           stderr=subprocess.PIPE, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert sorted(p.name for p in (tmp_path / "sim").iterdir() if p.is_dir()) == ["fair", "fifo"]
+
+
+def test_with_stderr_closed_errors_stay_off_stdout(tmp_path: Path) -> None:
+    """Started with stderr closed (2>&-), Python has no sys.stderr and ``print(file=None)``
+    writes to stdout: an error line would land in the `--json` output a script reads."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "slaq_mpi", "report", str(tmp_path / "missing"), "--json"],
+                          cwd=tmp_path, env=env, preexec_fn=lambda: os.close(2),
+                          stdout=subprocess.PIPE, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == "", proc.stdout
