@@ -473,11 +473,11 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     memory, said = here
     count = getattr(solver, "class_count", "")
 
-    def needs(values: Mapping[str, Any], rows: int = sizes.rows) -> int:
+    def needs(values: Mapping[str, Any], rows: int = sizes.rows, features: int = sizes.features) -> int:
         params = {**solver.defaults, **values}
         if count and params[count] == 0 and sizes.top_label is not None:
             params[count] = int(sizes.top_label) + 1  # the classes the labels need
-        return int(estimate(params, rows, sizes.features, sizes.iterations))
+        return int(estimate(params, rows, features, sizes.iterations))
 
     try:
         need = needs(hyper)
@@ -501,6 +501,14 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too big
         data = sizes.dataset
         fewer_rows = one_row <= memory  # a job starts on one rank, which holds every row
+        try:
+            tiny = needs(hyper, 1, 1)
+        except Exception:  # noqa: BLE001 - a user's solver may refuse one feature
+            tiny = 0
+        if tiny > memory:  # no data is small enough: the model's own size (or its estimate)
+            return (f"{where}.algorithm", algorithm,
+                    f"{what}; even 1 row x 1 feature would need about {format_bytes(tiny)}, by the "
+                    "solver's state_bytes estimate: set smaller hyperparameters, or check that estimate")
         value: Any
         if data.generator is None:
             at, value = f"{where}.dataset.path", data.path

@@ -193,6 +193,24 @@ def test_a_user_estimate_is_used_and_its_errors_are_one_line(tmp_path: Path, mem
         _parse(_raw(tmp_path, ref, BLOBS, size=-1))
 
 
+def test_a_model_too_big_on_any_data_names_the_algorithm_not_the_dataset(tmp_path: Path,
+                                                                         memory: None) -> None:
+    """A user solver whose estimate is too big whatever the data (here: its default size, not
+    set in the YAML) is not blamed on the dataset's features."""
+    (tmp_path / "huge.py").write_text(
+        "from jobs import Solver\n\nclass Huge(Solver):\n    defaults = {'size': 100}\n"
+        "    needs_labels = False\n\n    @classmethod\n"
+        "    def state_bytes(cls, params, rows, features, iterations):\n"
+        "        return params['size'] * 2**30 + 8 * features\n\n    def step(self): return 0.0\n\n"
+        "    def get_state(self): return {}\n\n    def set_state(self, state): pass\n")
+    ref = f"{tmp_path}/huge.py:Huge"
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]\.algorithm: '.*huge\.py:Huge' is not allowed; job "
+                       r"'a': .* needs about 100 GiB .*; even 1 row x 1 feature would need about 100 GiB, "
+                       r"by the solver's state_bytes estimate: set smaller hyperparameters, or check"):
+        _parse(_raw(tmp_path, ref, BLOBS))
+    _parse(_raw(tmp_path, ref, BLOBS, size=20))
+
+
 def test_the_packaged_configs_validate_with_small_models() -> None:
     root = Path(__file__).resolve().parent.parent
     for path in sorted((root / "configs").glob("*.yaml")):
