@@ -3,9 +3,11 @@
 A seeded synthetic workload of ``--jobs`` jobs (50-200 losses each from sublinear and linear
 curves with noise, a few throughput observations, mixed max cores) on ``--capacity`` cores.
 Successive epochs append ``GROW`` losses and one throughput observation per job; the ``slaq``
-policy object persists across them, as in a live run (it carries nothing from one decision to
-the next: every decision fits every job from scratch). ``cold_ms`` is the first decision of a
-fresh policy object. Each decision fits every job, predicts, and allocates.
+policy object persists across them, as in a live run. Every job's history grows every epoch,
+so every decision refits every job: the worst case (a policy keeps the fits of histories that
+did not change since its previous decision, bit for bit what a refit would give). ``cold_ms``
+is the first decision of a fresh policy object. Each decision fits every job, predicts, and
+allocates.
 
 The reference is the straightforward implementation, timed in the same run: one
 ``scipy.optimize.curve_fit`` per job on the same weighted window, then a ``heapq`` greedy.
