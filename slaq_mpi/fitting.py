@@ -90,9 +90,11 @@ def coarse(
     s_w = w.sum(axis=1)[:, None]
     s_y = wy.sum(axis=1)[:, None]
     s_yy = (wy * y).sum(axis=1)[:, None]
-    s_e = w @ basis.T
-    s_ee = w @ grid.basis_sq[cols].T
-    s_ey = wy @ basis.T
+    # einsum, not BLAS: a matrix product's row can change in its last bits with the number of
+    # rows (blocking), and each job's fit must not depend on which jobs share its batch
+    s_e = np.einsum("jw,gw->jg", w, basis)
+    s_ee = np.einsum("jw,gw->jg", w, grid.basis_sq[cols])
+    s_ey = np.einsum("jw,gw->jg", wy, basis)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         det = s_w * s_ee - s_e * s_e
         amp = (s_w * s_ey - s_e * s_y) / det

@@ -297,7 +297,7 @@ def fit_windows(
     last = np.where(mask[:, -1], values[:, -1], 0.0) if window else np.zeros(jobs)
     big = np.where(mask, values, -np.inf).max(axis=1, initial=-np.inf)
     small = np.where(mask, values, np.inf).min(axis=1, initial=np.inf)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, 1e308 - -1e308
         span = np.where(np.isfinite(big - small), big - small, 0.0)
     scale = np.where(span > 0, span, 1.0)
     fit_ok = (valid_n >= MIN_FIT_POINTS) & (span > 1e-12 * np.abs(last)) & (max_drop > 0)

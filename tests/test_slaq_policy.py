@@ -260,6 +260,17 @@ def test_a_decision_depends_on_its_snapshot_only_not_on_earlier_decisions() -> N
         assert running.allocate(snap) == SlaqPolicy().allocate(snap)
 
 
+def test_a_window_or_decay_changed_after_a_decision_is_used_by_the_next() -> None:
+    k = np.arange(80, dtype=np.float64)
+    snap = _history_snapshot([tuple((1.0 / (1.0 + 0.05 * k) + 0.2 + 0.01 * np.sin(k)).tolist())])
+    pol = SlaqPolicy()
+    pol.forecast(snap)
+    pol.window, pol.decay = 40, 20.0
+    np.testing.assert_array_equal(pol.forecast(snap).curves.amp,
+                                  SlaqPolicy(window=40, decay=20.0).forecast(snap).curves.amp)
+    assert pol.forecast(snap).curves.amp[0] != SlaqPolicy().forecast(snap).curves.amp[0]
+
+
 def test_forecasting_the_same_snapshot_twice_gives_the_same_fit() -> None:
     k = np.arange(80, dtype=np.float64)
     hist = [tuple((1.0 / (1.0 + 0.05 * k) + 0.2).tolist()), tuple((0.9**k + 1.0).tolist())]
