@@ -473,11 +473,12 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     memory, said = here
     count = getattr(solver, "class_count", "")
 
-    def needs(values: Mapping[str, Any], rows: int = sizes.rows, features: int = sizes.features) -> int:
+    def needs(values: Mapping[str, Any], rows: int = sizes.rows, features: int = sizes.features,
+              iterations: int | None = sizes.iterations, labels: bool = True) -> int:
         params = {**solver.defaults, **values}
-        if count and params[count] == 0 and sizes.top_label is not None:
+        if labels and count and params[count] == 0 and sizes.top_label is not None:
             params[count] = int(sizes.top_label) + 1  # the classes the labels need
-        return int(estimate(params, rows, features, sizes.iterations))
+        return int(estimate(params, rows, features, iterations))
 
     try:
         need = needs(hyper)
@@ -501,14 +502,20 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too big
         data = sizes.dataset
         fewer_rows = one_row <= memory  # a job starts on one rank, which holds every row
-        try:
-            tiny = needs(hyper, 1, 1)
-        except Exception:  # noqa: BLE001 - a user's solver may refuse one feature
-            tiny = 0
-        if tiny > memory:  # no data is small enough: the model's own size (or its estimate)
+        try:  # the model alone: 1 row x 1 feature, 1 iteration, the default class count
+            bare = needs(hyper, 1, 1, 1, labels=False)
+            capped = needs(hyper, 1, 1, 1)
+            grown = needs(hyper, 1, 1)
+        except Exception:  # noqa: BLE001 - a user's solver may refuse such sizes
+            bare = capped = grown = 0
+        if bare > memory:  # no data is small enough: the model's own size (or its estimate)
             return (f"{where}.algorithm", algorithm,
-                    f"{what}; even 1 row x 1 feature would need about {format_bytes(tiny)}, by the "
+                    f"{what}; even 1 row x 1 feature would need about {format_bytes(bare)}, by the "
                     "solver's state_bytes estimate: set smaller hyperparameters, or check that estimate")
+        if capped <= memory < grown and sizes.iterations:  # a model that grows as it iterates
+            return (f"{where}.stop.max_iterations", sizes.iterations,
+                    f"{what}; its model grows with the iterations run: "
+                    + _fewer_iterations(needs, hyper, sizes.iterations, memory))
         value: Any
         if data.generator is None:
             at, value = f"{where}.dataset.path", data.path
@@ -521,6 +528,20 @@ def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
     return f"{where}.hyperparameters.{key}", hyper[key], what + (
         f"; {key} must be at most {fits} to fit at all" if fits is not None
         else f"; a smaller {key} fits")
+
+
+def _fewer_iterations(needs: Any, hyper: Mapping[str, Any], iterations: int, memory: int) -> str:
+    """How many iterations fit with the job's data (the largest, by bisection), as advice."""
+    try:
+        if needs(hyper, iterations=1) > memory:
+            return "use fewer (and less data: one iteration does not fit either)"
+        lo, hi = 1, iterations  # needs(lo) fits, needs(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if needs(hyper, iterations=mid) <= memory else (lo, mid)
+    except Exception:  # noqa: BLE001 - a user's estimate may refuse a count in between
+        return "use fewer"
+    return f"it must be at most {lo} to fit"
 
 
 def _smaller_value(hyper: Mapping[str, Any], solver: Any, needs: Any, need: int,

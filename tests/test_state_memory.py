@@ -211,6 +211,23 @@ def test_a_model_too_big_on_any_data_names_the_algorithm_not_the_dataset(tmp_pat
     _parse(_raw(tmp_path, ref, BLOBS, size=20))
 
 
+def test_a_model_grown_too_big_by_its_iterations_names_the_stop_rule(tmp_path: Path, memory: None) -> None:
+    """Boosted trees keep one tree per iteration: a huge max_iterations is what to change, not
+    the algorithm or the data."""
+    raw = _raw(tmp_path, "gbt", {"generator": "regression", "rows": 1000, "features": 10})
+    raw["jobs"][0]["stop"] = {"max_iterations": 10**9}
+    with pytest.raises(ConfigError) as err:
+        _parse(raw)
+    msg = str(err.value)
+    assert msg.startswith("jobs[0].stop.max_iterations: 1000000000 is not allowed; job 'a': gbt "), msg
+    most = int(msg.rsplit("it must be at most ", 1)[1].split()[0])
+    cls = load_solver("gbt")
+    need = {k: cls.state_bytes(cls.defaults, 1000, 10, k) for k in (most, most + 1)}
+    assert need[most] <= 23.5 * GIB < need[most + 1]
+    raw["jobs"][0]["stop"] = {"max_iterations": most}
+    _parse(raw)
+
+
 def test_the_packaged_configs_validate_with_small_models() -> None:
     root = Path(__file__).resolve().parent.parent
     for path in sorted((root / "configs").glob("*.yaml")):
