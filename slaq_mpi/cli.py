@@ -136,7 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slaq`` console script; returns the exit status."""
     if sys.stderr is None:  # started with stderr closed (2>&-): print(file=None) would go to stdout
-        sys.stderr = open(os.devnull, "w")  # open for the life of the process
+        fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 2 if nothing took it
+        if fd == 2:  # the launcher's children (mpiexec, the ranks) get it as their stderr too
+            os.set_inheritable(fd, True)
+        sys.stderr = open(fd, "w")  # open for the life of the process
     parser = build_parser()
     args = parser.parse_args(argv)
     _output_lost.clear()  # this command's own losses only

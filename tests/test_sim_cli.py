@@ -553,3 +553,11 @@ def test_with_stderr_closed_errors_stay_off_stdout(tmp_path: Path) -> None:
                           stdout=subprocess.PIPE, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert proc.stdout == "", proc.stdout
+    # and a child process started by slaq (mpiexec, the ranks) gets /dev/null as its stderr,
+    # not whatever file it opens first
+    code = ("import os, sys; from slaq_mpi import cli; cli.main(['validate', 'missing.yaml']); "
+            "import subprocess; print(subprocess.run(['readlink', '/proc/self/fd/2'], "
+            "stdout=subprocess.PIPE, text=True).stdout.strip(), file=open('child.txt', 'w'))")
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, preexec_fn=lambda: os.close(2),
+                   stdout=subprocess.DEVNULL, timeout=120, check=False)
+    assert (tmp_path / "child.txt").read_text().strip() == os.devnull
