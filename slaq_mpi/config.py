@@ -29,7 +29,7 @@ from slaq_mpi.generators import (
     generator_param_problem,
     generator_top_label,
 )
-from slaq_mpi.memory import format_bytes, memory_here
+from slaq_mpi.model_size import ModelSizes, model_memory_problem
 from slaq_mpi.values import MAX_RANKS, integer, number
 
 EXPERIMENT_SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must fit SEED_MAX
@@ -334,7 +334,7 @@ def _job(raw: Any, i: int, seed: int, check_files: bool) -> JobSpec:
     stop = _stop(_section(job, "stop", where), f"{where}.stop")
     memory_problem = None
     if check_files and rows is not None and features is not None:
-        memory_problem = _memory_problem(where, name, str(algorithm), solver, hyper, _Sizes(
+        memory_problem = model_memory_problem(where, name, str(algorithm), solver, hyper, ModelSizes(
             rows, features, top, stop.max_iterations, dataset))
     max_cores = job.get("max_cores")
     if max_cores is not None:
@@ -427,17 +427,6 @@ def _dataset(raw: Any, where: str, check_files: bool,
             generator_top_label(str(gen), out))
 
 
-@dataclass(frozen=True)
-class _Sizes:
-    """What a job's model size depends on besides its hyperparameters."""
-
-    rows: int
-    features: int
-    top_label: float | None
-    iterations: int | None
-    dataset: DatasetSpec
-
-
 def check_memory(spec: ExperimentSpec) -> None:
     """Refuse a spec with a job whose model (every rank of the job holds a full copy) cannot
     fit in this machine's memory: ``slaq run``, on the machines its ranks run on.
@@ -454,133 +443,6 @@ def memory_notes(spec: ExperimentSpec) -> list[str]:
     """One line per job whose model cannot fit in this machine's memory."""
     return [str(ConfigError(*job.memory_problem)) for job in spec.jobs
             if job.memory_problem is not None]
-
-
-def _memory_problem(where: str, job: str, algorithm: str, solver: Any,
-                    hyper: Mapping[str, Any], sizes: _Sizes) -> tuple[str, Any, str] | None:
-    """Whether a job's model state cannot fit in this machine's physical memory, by the
-    solver's ``state_bytes`` estimate: the error naming the hyperparameter whose default would
-    save the most (or the dataset), the estimate, the memory and the largest value that fits.
-    A user solver without the method, or a platform that does not tell its memory, passes.
-
-    Raises:
-        ConfigError: the solver's ``state_bytes`` raised for the job's own values.
-    """
-    estimate = getattr(solver, "state_bytes", None)
-    here = memory_here()
-    if estimate is None or here is None:
-        return None
-    memory, said = here
-    count = getattr(solver, "class_count", "")
-
-    def needs(values: Mapping[str, Any], rows: int = sizes.rows, features: int = sizes.features,
-              iterations: int | None = sizes.iterations, labels: bool = True) -> int:
-        params = {**solver.defaults, **values}
-        if labels and count and params[count] == 0 and sizes.top_label is not None:
-            params[count] = int(sizes.top_label) + 1  # the classes the labels need
-        return int(estimate(params, rows, features, iterations))
-
-    try:
-        need = needs(hyper)
-    except Exception as exc:  # noqa: BLE001 - a user's solver may raise anything
-        raise ConfigError(f"{where}.algorithm", algorithm, f"its state_bytes raised "
-                          f"{exc.__class__.__name__}: {exc}") from None
-    if need <= memory:
-        return None
-    what = f"job {job!r}: {algorithm}"
-    key, fits = _smaller_value(hyper, solver, needs, need, memory)
-    if key is not None:
-        what += f" with {key} {hyper[key]!r}"
-    try:
-        one_row = needs(hyper, 1)
-    except Exception:  # noqa: BLE001 - a user's solver may refuse one row: size not to blame
-        one_row = need
-    held = "its rows of data, " if one_row < need else ""  # a solver that densifies its data
-    shape = f"{sizes.rows} rows x {sizes.features} features" if held else f"{sizes.features} features"
-    what += (f" on {shape} needs about {format_bytes(need)} on every rank for {held}its model "
-             f"and a step's buffers; {said}")
-    if key is None:  # no hyperparameter set in the YAML can make it fit: the data is too big
-        data = sizes.dataset
-        fewer_rows = one_row <= memory  # a job starts on one rank, which holds every row
-        try:  # the model alone: 1 row x 1 feature, 1 iteration, the default class count
-            bare = needs(hyper, 1, 1, 1, labels=False)
-            capped = needs(hyper, 1, 1, 1)
-            grown = needs(hyper, 1, 1)
-        except Exception:  # noqa: BLE001 - a user's solver may refuse such sizes
-            bare = capped = grown = 0
-        if bare > memory:  # no data is small enough: the model's own size (or its estimate)
-            return (f"{where}.algorithm", algorithm,
-                    f"{what}; even 1 row x 1 feature would need about {format_bytes(bare)}, by the "
-                    "solver's state_bytes estimate: set smaller hyperparameters, or check that estimate")
-        if capped <= memory < grown and sizes.iterations:  # a model that grows as it iterates
-            return (f"{where}.stop.max_iterations", sizes.iterations,
-                    f"{what}; its model grows with the iterations run: "
-                    + _fewer_iterations(needs, hyper, sizes.iterations, memory))
-        value: Any
-        if data.generator is None:
-            at, value = f"{where}.dataset.path", data.path
-        elif fewer_rows:
-            at, value = f"{where}.dataset.rows", sizes.rows
-        else:
-            at, value = f"{where}.dataset.features", sizes.features
-        return at, value, what + ("; use fewer rows or features" if fewer_rows
-                                  else "; use a smaller model or fewer features")
-    return f"{where}.hyperparameters.{key}", hyper[key], what + (
-        f"; {key} must be at most {fits} to fit at all" if fits is not None
-        else f"; a smaller {key} fits")
-
-
-def _fewer_iterations(needs: Any, hyper: Mapping[str, Any], iterations: int, memory: int) -> str:
-    """How many iterations fit with the job's data (the largest, by bisection), as advice."""
-    try:
-        if needs(hyper, iterations=1) > memory:
-            return "use fewer (and less data: one iteration does not fit either)"
-        lo, hi = 1, iterations  # needs(lo) fits, needs(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if needs(hyper, iterations=mid) <= memory else (lo, mid)
-    except Exception:  # noqa: BLE001 - a user's estimate may refuse a count in between
-        return "use fewer"
-    return f"it must be at most {lo} to fit"
-
-
-def _smaller_value(hyper: Mapping[str, Any], solver: Any, needs: Any, need: int,
-                   memory: int) -> tuple[str | None, int | None]:
-    """The hyperparameter set in the YAML whose default saves the most among those that can
-    make the model fit (at their default, or an integer at 1), with (for an integer) the
-    largest value below the YAML's that fits; ``(None, None)`` when none can. An estimate
-    that raises for a value counts as not fitting."""
-
-    def fits(values: Mapping[str, Any]) -> bool:
-        try:
-            return bool(needs(values) <= memory)
-        except Exception:  # noqa: BLE001 - a user's estimate may refuse values in between
-            return False
-
-    def saved(key: str) -> int:
-        try:
-            return need - int(needs({**hyper, key: solver.defaults[key]}))
-        except Exception:  # noqa: BLE001
-            return 0
-
-    def can_fit(key: str) -> bool:
-        value = hyper[key]
-        smallest = isinstance(value, int) and not isinstance(value, bool) and value > 1
-        return fits({**hyper, key: solver.defaults[key]}) or (smallest and fits({**hyper, key: 1}))
-
-    keys = sorted((k for k in hyper if saved(k) > 0), key=saved, reverse=True)
-    key = next((k for k in keys if can_fit(k)), None)
-    if key is None:
-        return None, None
-    value = hyper[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 1:
-        return key, None
-    lo, hi = 0, value  # the largest value in [1, value) that fits (lo 0: none)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits({**hyper, key: mid}) else (lo, mid)
-    rule = solver.allowed.get(key) if isinstance(getattr(solver, "allowed", None), Mapping) else None
-    return key, (lo if lo >= 1 and (rule is None or rule.admits(lo)) else None)
 
 
 def _stop(raw: Any, where: str) -> StopRule:
