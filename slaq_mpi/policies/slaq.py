@@ -343,8 +343,8 @@ class SlaqPolicy:
         count = len(jobs)
         histories = [j.losses for j in jobs]
         ids = [j.job_id for j in jobs]
-        if (self._curves.window, self._curves.decay) != (self.window, self.decay):  # set since
-            self._curves = CurveMemo(self.window, self.decay)
+        if (self._curves.window, self._curves.decay) != (self.window, self.decay):
+            self._curves = CurveMemo(self.window, self.decay)  # changed after the last decision
         curves = self._curves.fit(ids, histories, class_codes([j.convergence for j in jobs]))
         n = curves.n
         if self.normalize == "span":
