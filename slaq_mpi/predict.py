@@ -245,7 +245,7 @@ def max_drops(histories: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
     flat = _flat(histories, int(seg.sum()))
     drops = np.zeros(flat.shape[0])
     if flat.shape[0] > 1:
-        with np.errstate(invalid="ignore"):  # inf - inf: NaN, zeroed below
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, 1e308 - -1e308: zeroed below
             drops[1:] = flat[:-1] - flat[1:]
     starts = np.cumsum(seg) - seg
     has = seg > 0
