@@ -107,6 +107,20 @@ def prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.nd
     return s * x1 / (s + x1) - s * x0 / (s + x0)
 
 
+def _prior_pace(last_drop: np.ndarray, span: np.ndarray, done: np.ndarray) -> np.ndarray:
+    """``min(1, observed / prior)``: the job's last reduction (units of ``span``) over the
+    span prior's reduction in that iteration (iteration ``done``), 1 where either is unknown.
+
+    A job whose loss fell 99% in its first iteration and 1% of that in its second has
+    converged; the prior alone still promised it a third of its span.
+    """
+    c = SPAN_PRIOR_C
+    step = done / (c + done) - np.maximum(done - 1, 0) / (c + np.maximum(done - 1, 0))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        pace = np.where((span > 0) & (step > 0), last_drop / span / step, 1.0)
+    return np.clip(zero_nonfinite(pace), 0.0, 1.0)
+
+
 def span_prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.ndarray:
     """The prior in units of ``L_0 - L*``: cumulative ``x / (c + x)`` (``c = SPAN_PRIOR_C``)."""
     x0 = np.maximum(np.asarray(done, dtype=np.float64), 0.0)
@@ -133,6 +147,8 @@ class CurveFit:
         n: losses seen (iterations run).
         max_drop: the largest one-iteration reduction seen (the normalizer; 0 if none).
         rms: weighted RMS residual of the fit, relative to the window's loss range.
+        last_drop: the reduction of the last iteration in loss units (0 if it was not a
+            reduction): the job's current pace, which bounds the young-job prior's weight.
         span: the normalizer of :meth:`reduction` in loss units: ``L_0 - L*`` (first loss minus
             the estimated final loss, the paper's normalized-loss scale), or 0 for SLAQ's
             max-drop normalization.
@@ -147,6 +163,7 @@ class CurveFit:
     n: np.ndarray
     max_drop: np.ndarray
     rms: np.ndarray
+    last_drop: np.ndarray
     span: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -205,8 +222,10 @@ class CurveFit:
             prior = prior_reduction(done, m)
         else:
             prior = np.where(has_span, span_prior_reduction(done, m), prior_reduction(done, m))
-        # span units: the fit of a short history is blended with the prior (little evidence yet)
+        # span units: the fit of a short history is blended with the prior (little evidence
+        # yet), whose weight shrinks when the job's last reduction was below the prior's pace
         w = np.where(span > 0, SPAN_PRIOR_EVIDENCE / (SPAN_PRIOR_EVIDENCE + done), 0.0)
+        w = w * _prior_pace(self._col(self.last_drop, m), span, done)
         out = np.where(fam == FAMILY_PRIOR, prior, (1.0 - w) * fitted + w * prior)
         return zero_nonfinite(np.maximum(out, 0.0))
 
@@ -295,6 +314,12 @@ def fit_windows(
         mask[drop, first[drop]] = False
     valid_n = mask.sum(axis=1)
     last = np.where(mask[:, -1], values[:, -1], 0.0) if window else np.zeros(jobs)
+    if window >= 2:
+        with np.errstate(invalid="ignore", over="ignore"):
+            last_drop = np.where(mask[:, -2] & mask[:, -1], values[:, -2] - values[:, -1], 0.0)
+        last_drop = np.maximum(zero_nonfinite(last_drop), 0.0)
+    else:
+        last_drop = np.zeros(jobs)
     big = np.where(mask, values, -np.inf).max(axis=1, initial=-np.inf)
     small = np.where(mask, values, np.inf).min(axis=1, initial=np.inf)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, 1e308 - -1e308
@@ -352,6 +377,7 @@ def fit_windows(
         n=n.astype(np.float64),
         max_drop=zero_nonfinite(max_drop),
         rms=zero_nonfinite(np.where(found, rms, 0.0)),
+        last_drop=last_drop,
     )
 
 
@@ -387,7 +413,7 @@ def _same(old: Sequence[float], new: Sequence[float]) -> bool:
     return isinstance(new, tuple) and (old is new or old == new)
 
 
-_ROW_FIELDS = ("family", "amp", "p1", "p2", "floor", "last", "n", "max_drop", "rms")
+_ROW_FIELDS = ("family", "amp", "p1", "p2", "floor", "last", "n", "max_drop", "rms", "last_drop")
 
 
 class CurveMemo:

@@ -160,6 +160,31 @@ def test_new_jobs_get_the_optimistic_prior() -> None:
     assert fit.predict_loss(10.0)[2] < 4.0  # prior in loss units: scaled by the drop seen
 
 
+def test_young_prior_weight_is_bounded_by_the_jobs_last_reduction() -> None:
+    """After n losses the fit is blended with the span prior (weight 1/n), but never with more
+    weight than the job's last reduction over the prior's reduction in that iteration: a job
+    that converged in its first iteration is not promised a third of its span."""
+    from dataclasses import replace
+
+    from slaq_mpi.predict import span_prior_reduction
+
+    hist = [[1.0, 0.5, 1.0 / 3.0],  # exactly the prior's pace (x / (1 + x) of a span of 1)
+            [1.0, 0.0124, 0.0003],  # converged: its second drop is 1% of its first
+            [1.0, 0.6, 0.65]]  # its last iteration raised the loss
+    fit = fit_curves(hist, ["sublinear", "linear", "sublinear"])
+    np.testing.assert_allclose(fit.last_drop, [1.0 / 6.0, 0.0121, 0.0], rtol=1e-12)
+    fit = replace(fit, span=np.ones(3))
+    red = fit.reduction(np.full(3, 10.0))
+    fitted = fit.drop(np.full(3, 10.0))
+    prior = float(span_prior_reduction(2.0, 10.0))
+    assert red[0] == pytest.approx(2.0 / 3.0 * fitted[0] + prior / 3.0, rel=1e-9)
+    pace = 0.0121 / (1.0 / 6.0)
+    w = pace / 3.0
+    assert red[1] == pytest.approx((1 - w) * fitted[1] + w * prior, rel=1e-9)
+    assert red[1] < 0.01 < prior / 3.0  # the unbounded blend promised more than 0.08
+    assert red[2] == pytest.approx(fitted[2], rel=1e-9)
+
+
 @pytest.mark.parametrize(
     "history",
     [
@@ -250,7 +275,7 @@ def test_curve_memo_gives_the_batch_fit_bit_for_bit_refitting_only_changed_histo
             asked.append(len(keep))
             values, mask, n = tail_windows(sub_hist, window)
             want = fitted(values, mask, n, max_drops(sub_hist), classes[keep], decay)
-            for name in ("family", "amp", "p1", "p2", "floor", "last", "n", "max_drop", "rms"):
+            for name in ("family", "amp", "p1", "p2", "floor", "last", "n", "max_drop", "rms", "last_drop"):
                 np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
             assert got.family.dtype == want.family.dtype
     finally:
