@@ -23,7 +23,9 @@ skips refitting the histories that did not change since its previous call (same 
 Losses are *normalized* as in the paper: a job's loss reduction is divided by the largest
 one-iteration reduction seen so far for that job (:func:`normalize_drops`); or, with
 :attr:`CurveFit.span` set, by the job's estimated ``L_0 - L*``. Jobs with too
-few losses, or whose losses never decreased, fall back to a prior; nothing returns NaN.
+few losses, or whose losses never decreased, fall back to a prior; nothing returns NaN. In span
+units a short history's fit is blended with the prior, never with more weight than the job's
+last reduction over the prior's reduction in that iteration.
 """
 
 from __future__ import annotations
