@@ -111,7 +111,8 @@ def prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.nd
 
 def _prior_pace(last_drop: np.ndarray, span: np.ndarray, done: np.ndarray) -> np.ndarray:
     """``min(1, observed / prior)``: the job's last reduction (units of ``span``) over the
-    span prior's reduction in that iteration (iteration ``done``), 1 where either is unknown.
+    span prior's reduction in that iteration (iteration ``done``); 1 where ``span`` is 0.
+    A last reduction that is unknown (a non-finite loss: ``last_drop`` 0) counts as none.
 
     A job whose loss fell 99% in its first iteration and 1% of that in its second has
     converged; the prior alone still promised it a third of its span.
@@ -120,7 +121,7 @@ def _prior_pace(last_drop: np.ndarray, span: np.ndarray, done: np.ndarray) -> np
     step = done / (c + done) - np.maximum(done - 1, 0) / (c + np.maximum(done - 1, 0))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         pace = np.where((span > 0) & (step > 0), last_drop / span / step, 1.0)
-    return np.clip(zero_nonfinite(pace), 0.0, 1.0)
+    return np.where(np.isnan(pace), 1.0, np.clip(pace, 0.0, 1.0))  # an overflow is fast: 1
 
 
 def span_prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.ndarray:
@@ -227,7 +228,8 @@ class CurveFit:
         # span units: the fit of a short history is blended with the prior (little evidence
         # yet), whose weight shrinks when the job's last reduction was below the prior's pace
         w = np.where(span > 0, SPAN_PRIOR_EVIDENCE / (SPAN_PRIOR_EVIDENCE + done), 0.0)
-        w = w * _prior_pace(self._col(self.last_drop, m), span, done)
+        if has_span.any():
+            w = w * _prior_pace(self._col(self.last_drop, m), span, done)
         out = np.where(fam == FAMILY_PRIOR, prior, (1.0 - w) * fitted + w * prior)
         return zero_nonfinite(np.maximum(out, 0.0))
 

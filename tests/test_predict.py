@@ -183,6 +183,11 @@ def test_young_prior_weight_is_bounded_by_the_jobs_last_reduction() -> None:
     assert red[1] == pytest.approx((1 - w) * fitted[1] + w * prior, rel=1e-9)
     assert red[1] < 0.01 < prior / 3.0  # the unbounded blend promised more than 0.08
     assert red[2] == pytest.approx(fitted[2], rel=1e-9)
+    # a pace too large for floats is fast (full weight); a NaN loss last is no reduction
+    from slaq_mpi.predict import _prior_pace
+
+    assert _prior_pace(np.array([1e300]), np.array([1e-10]), np.array([2.0])).tolist() == [1.0]
+    assert fit_curves([[1.0, 0.5, 0.3, float("nan")]]).last_drop.tolist() == [0.0]
 
 
 @pytest.mark.parametrize(
