@@ -33,11 +33,11 @@ from scipy.optimize import curve_fit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from slaq_mpi.brain.predict import DEFAULT_DECAY, DEFAULT_WINDOW  # noqa: E402
+from slaq_mpi.brain.throughput import fit_throughput  # noqa: E402
 from slaq_mpi.policies import POLICY_NAMES, get_policy  # noqa: E402
 from slaq_mpi.policies.slaq import SlaqPolicy  # noqa: E402
-from slaq_mpi.predict import DEFAULT_DECAY, DEFAULT_WINDOW  # noqa: E402
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot  # noqa: E402
-from slaq_mpi.throughput import fit_throughput  # noqa: E402
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot  # noqa: E402
 
 GROW = 5  # losses each job adds per epoch
 

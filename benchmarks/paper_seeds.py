@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from slaq_mpi import config
+from slaq_mpi.config import experiment as config
+from slaq_mpi.report.summary import summarize_runs
 from slaq_mpi.sim import run_policies
-from slaq_mpi.summary import summarize_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (2017, *range(1, 12))

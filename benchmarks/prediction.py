@@ -1,12 +1,12 @@
 """Accuracy of SLAQ's loss prediction on loss curves recorded from every built-in solver.
 
 For every algorithm in ``jobs.ALGORITHMS`` this script generates a synthetic dataset
-(``slaq_mpi.datasets``; the kind comes from the solver's ``dataset_kind`` attribute, else
+(``slaq_mpi.data.datasets``; the kind comes from the solver's ``dataset_kind`` attribute, else
 ``classification`` for labelled solvers and ``blobs`` otherwise), runs the solver serially
 (``jobs.base.SerialComm``) for ``--record`` iterations, then keeps running to find the
 converged loss ``L*``. From every prefix of the recorded curve that is still converging
 (remaining reduction at least ``--active`` of the total) it predicts the loss 10 iterations
-ahead with :func:`slaq_mpi.predict.fit_curves` and compares it with the recorded loss.
+ahead with :func:`slaq_mpi.brain.predict.fit_curves` and compares it with the recorded loss.
 
 Prints one JSON line last: ``median_rel_error``, ``p90_rel_error`` (|pred - actual| / |actual|),
 ``median_norm_error`` (|predicted drop - actual drop| / (L_0 - L*)), ``per_solver``.
@@ -27,8 +27,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs import ALGORITHMS, SerialComm, load_solver  # noqa: E402
-from slaq_mpi import datasets, generators  # noqa: E402
-from slaq_mpi.predict import fit_curves  # noqa: E402
+from slaq_mpi.brain.predict import fit_curves  # noqa: E402
+from slaq_mpi.data import (
+    datasets,
+    generators,  # noqa: E402
+)
 
 AHEAD = 10
 

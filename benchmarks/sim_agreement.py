@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from slaq_mpi import config
+from slaq_mpi.config import experiment as config
 from slaq_mpi.sim.run import compare_with_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slaq_mpi import config
+from slaq_mpi.config import experiment as config
 from slaq_mpi.policies import PolicyError
 from slaq_mpi.sim import prepare, run_policies
 

@@ -24,8 +24,8 @@ import plain_solvers as plain  # the script's own directory is on sys.path
 import scipy.sparse as sp
 
 from jobs import SerialComm, Shard, load_solver
-from slaq_mpi.datasets import DatasetSpec
-from slaq_mpi.generators import generate
+from slaq_mpi.data.datasets import DatasetSpec
+from slaq_mpi.data.generators import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 

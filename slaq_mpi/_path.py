@@ -3,7 +3,8 @@
 Every rank runs ``python -m slaq_mpi``, which puts the working directory FIRST on
 ``sys.path``: a ``jobs.py`` (or ``slaq_mpi.py``, ``numpy.py``...) of the user's there would be
 imported instead of ours, and every rank would crash. Imported first by the package, this
-module removes that entry, as the ``slaq`` script never has it. (Moving it to the end is not
+module's :func:`drop_shadowing_entry`, called first by ``__main__``, removes that entry, as the
+``slaq`` script never has it. (Moving it to the end is not
 enough: an editable install's finder comes after every ``sys.path`` entry.) A user solver that
 imports modules of the working directory still can: :func:`jobs.load_solver` appends it once
 our packages are imported.
@@ -30,5 +31,7 @@ def _shadowing_entry() -> bool:
     return os.path.abspath(sys.path[0] or ".") != here
 
 
-if _shadowing_entry():
-    del sys.path[0]
+def drop_shadowing_entry() -> None:
+    """Remove the working directory that ``python -m slaq_mpi`` put first on ``sys.path``."""
+    if _shadowing_entry():
+        del sys.path[0]

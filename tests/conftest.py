@@ -41,7 +41,7 @@ def run_mpi(n: int, args: list[str], cwd: Path | None = None, timeout: float = 3
 @functools.cache
 def open_mpi(exe: str) -> bool:
     """Whether ``exe`` is Open MPI's launcher (cached)."""
-    from slaq_mpi.launch import is_open_mpi
+    from slaq_mpi.runtime.launch import is_open_mpi
 
     return is_open_mpi(exe)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slaq_mpi import rundir
+from slaq_mpi.storage import rundir
 from tests.conftest import run_mpi, run_slaq
 
 GOOD = {
@@ -246,7 +246,7 @@ def test_every_command_checks_the_simulation_and_slurm_sections(command: list[st
 def test_a_live_run_is_not_held_to_what_only_submit_or_simulate_need(tmp_path: Path) -> None:
     """No slurm: section: no Slurm default (1 h, a warning 3 epochs ahead) applies to a run;
     a curve library missing here matters to `slaq simulate` only."""
-    from slaq_mpi import config
+    from slaq_mpi.config import experiment as config
 
     for changes in ({"epoch_seconds": 1500}, {"simulation": {"curve_file": "libs/mine.npz"}}):
         raw = {**_with(["output_dir"], str(tmp_path / "run")), **changes}
@@ -360,7 +360,7 @@ def test_data_commands_refuse_outputs_they_cannot_write(tmp_path: Path) -> None:
 
 
 def test_numbers_in_exponent_form_without_a_dot_are_numbers(tmp_path: Path) -> None:
-    from slaq_mpi.config import load
+    from slaq_mpi.config.experiment import load
     from slaq_mpi.errors import ConfigError
 
     cfg = tmp_path / "c.yaml"
@@ -557,8 +557,8 @@ def test_a_run_directory_given_as_the_config_points_to_resume(tmp_path: Path) ->
 
 
 def test_an_output_dir_holding_the_runs_data_is_refused(tmp_path: Path) -> None:
-    from slaq_mpi.datasets import DatasetSpec
-    from slaq_mpi.generators import generate
+    from slaq_mpi.data.datasets import DatasetSpec
+    from slaq_mpi.data.generators import generate
 
     generate(DatasetSpec(generator="classification", params={"rows": 50, "features": 3}),
              tmp_path / "exp" / "train.h5", 1)
@@ -625,7 +625,7 @@ def test_a_dataset_shared_by_jobs_counts_once_against_the_disk(tmp_path: Path,
     import shutil
     from collections import namedtuple
 
-    from slaq_mpi.config import check_data_space, parse
+    from slaq_mpi.config.experiment import check_data_space, parse
     from slaq_mpi.errors import ConfigError
 
     one = {"generator": "classification", "rows": 1000, "features": 9, "seed": 1}  # 80 kB
@@ -833,7 +833,7 @@ def test_validate_accepts_what_run_accepts_and_notes_what_only_submit_refuses(tm
 ])
 def test_a_missing_key_is_named_without_a_value_the_user_never_wrote(edit, needle: str,
                                                                      tmp_path: Path) -> None:
-    from slaq_mpi import config
+    from slaq_mpi.config import experiment as config
     from slaq_mpi.errors import ConfigError
     from slaq_mpi.sim.settings import parse_settings
 

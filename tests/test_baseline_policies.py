@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slaq_mpi.policies import PolicyError, get_policy
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 
 def _job(name: str, arrival: float = 0.0, cores: int = 0, max_cores: int = 100,

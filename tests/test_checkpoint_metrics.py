@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slaq_mpi import checkpoint
-from slaq_mpi.metrics import JobRecord, RunRecord
+from slaq_mpi.storage import checkpoint
+from slaq_mpi.storage.metrics import JobRecord, RunRecord
 
 
 def _names(run_dir: Path, job: str = "j") -> list[str]:
@@ -34,7 +34,7 @@ def test_checkpoint_round_trip_and_pruning(tmp_path: Path) -> None:
 
 
 def test_checkpoints_written_after_the_last_save_never_cost_the_committed_one(tmp_path: Path) -> None:
-    from slaq_mpi.coordinator import STATE_FILE, resume_record
+    from slaq_mpi.runtime.coordinator import STATE_FILE, resume_record
 
     def save(iterations: int) -> None:  # what rank 0 commits, then prunes to
         job = JobRecord(name="j", algorithm="logreg", convergence="sublinear", arrival=0.0,
@@ -155,7 +155,7 @@ def test_metrics_round_trip(tmp_path: Path) -> None:
     ({3: np.zeros(2)}, "get_state()[3]"),
 ])
 def test_a_state_that_is_not_numeric_arrays_names_the_job(state: object, needle: str) -> None:
-    from slaq_mpi.checkpoint import state_arrays
+    from slaq_mpi.storage.checkpoint import state_arrays
 
     with pytest.raises(ValueError, match=r"^job mine: ") as exc:
         state_arrays(state, "mine")
@@ -163,7 +163,7 @@ def test_a_state_that_is_not_numeric_arrays_names_the_job(state: object, needle:
 
 
 def test_state_arrays_are_copies() -> None:
-    from slaq_mpi.checkpoint import state_arrays
+    from slaq_mpi.storage.checkpoint import state_arrays
 
     w = np.zeros(3)
     out = state_arrays({"w": w, "k": 3}, "mine")
@@ -172,7 +172,7 @@ def test_state_arrays_are_copies() -> None:
 
 
 def test_a_resume_takes_its_epoch_and_clock_from_the_history_they_belong_to(tmp_path: Path) -> None:
-    from slaq_mpi.coordinator import STATE_FILE, resume_record
+    from slaq_mpi.runtime.coordinator import STATE_FILE, resume_record
 
     rec = RunRecord(attrs={"name": "x", "policy": "fair", "capacity": 2, "epoch": 3, "elapsed": 7.5},
                     jobs={"a": JobRecord(name="a", algorithm="logreg", convergence="sublinear",
@@ -195,7 +195,7 @@ def test_a_failed_metrics_write_leaves_no_temp_file(tmp_path: Path, monkeypatch:
     def full_disk(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("slaq_mpi.metrics.os.fsync", full_disk)
+    monkeypatch.setattr("slaq_mpi.storage.metrics.os.fsync", full_disk)
     with pytest.raises(OSError, match="No space"):
         rec.write(tmp_path / "metrics.h5")
     assert list(tmp_path.iterdir()) == []
@@ -229,7 +229,7 @@ def test_a_damaged_history_is_refused_as_bad_input_whatever_h5py_raises(tmp_path
     RuntimeError for a broken attribute block, KeyError, OSError, ValueError... elsewhere)
     must end in the one-line refusal (ConfigError, exit 2), never a traceback."""
     from slaq_mpi.errors import ConfigError
-    from slaq_mpi.launch import check_history
+    from slaq_mpi.runtime.launch import check_history
 
     jobs = {name: JobRecord(name=name, algorithm="logreg", convergence="sublinear", arrival=0.0,
                             max_cores=4, loss=[1.0 / (k + 1) for k in range(300)],

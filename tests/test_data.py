@@ -11,11 +11,12 @@ import pytest
 import scipy.sparse as sp
 
 from jobs import load_solver
-from slaq_mpi import config, generators
 from slaq_mpi.cli import main as slaq_main
-from slaq_mpi.datasets import DatasetSpec, check_file, inspect, read_shard
+from slaq_mpi.config import experiment as config
+from slaq_mpi.data import generators
+from slaq_mpi.data.datasets import DatasetSpec, check_file, inspect, read_shard
+from slaq_mpi.data.generators import generate
 from slaq_mpi.errors import DataError
-from slaq_mpi.generators import generate
 
 
 def _gen(tmp_path: Path, kind: str, name: str = "d.h5", **params) -> Path:
@@ -197,7 +198,7 @@ def test_damage_anywhere_in_the_metadata_is_a_data_error(tmp_path: Path) -> None
 
 
 def test_config_refuses_bad_file_naming_row(tmp_path: Path) -> None:
-    from slaq_mpi import config
+    from slaq_mpi.config import experiment as config
     from slaq_mpi.errors import ConfigError
 
     y = np.zeros(10)
@@ -349,8 +350,8 @@ def test_make_refuses_every_numeric_option_out_of_range(tmp_path: Path, capsys, 
 ])
 def test_make_and_the_yaml_accept_the_same_generator_params(tmp_path: Path, key: str,
                                                             values: list[float]) -> None:
-    from slaq_mpi import config
-    from slaq_mpi.datatools import make
+    from slaq_mpi.config import experiment as config
+    from slaq_mpi.data.convert import make
     from slaq_mpi.errors import ConfigError
 
     kind = next(g for g, (_, opts) in generators.GENERATORS.items() if key in opts or key in
@@ -433,7 +434,7 @@ def test_make_and_convert_never_replace_an_existing_file(tmp_path: Path, capsys)
 
 def test_a_file_that_appears_at_out_while_writing_is_kept(tmp_path: Path, capsys,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from slaq_mpi import datatools
+    from slaq_mpi.data import convert as datatools
 
     out = tmp_path / "d.h5"
     real = datatools._readable
@@ -463,7 +464,7 @@ def test_convert_libsvm_features_below_one_is_refused_up_front(tmp_path: Path, c
 
 
 def test_an_output_slaq_cannot_read_is_never_left_behind(tmp_path: Path) -> None:
-    from slaq_mpi.datatools import _Output
+    from slaq_mpi.data.convert import _Output
 
     out = tmp_path / "o.h5"
     with pytest.raises(DataError, match=rf"^{out}: no 'X'"), _Output(out):
@@ -490,7 +491,7 @@ def test_convert_options_of_another_format_are_refused(tmp_path: Path, capsys) -
 
 
 def test_fingerprint_sees_a_rewrite_in_the_middle_of_a_large_file(tmp_path: Path) -> None:
-    from slaq_mpi.datasets import fingerprint, fingerprint_matches
+    from slaq_mpi.data.datasets import fingerprint, fingerprint_matches
 
     data = tmp_path / "big.bin"
     rng = np.random.default_rng(0)
@@ -517,9 +518,9 @@ def test_fingerprint_sees_a_rewrite_in_the_middle_of_a_large_file(tmp_path: Path
 def test_resume_check_reads_fingerprints_kept_by_an_earlier_version(tmp_path: Path) -> None:
     import json
 
-    from slaq_mpi.datasets import fingerprint
+    from slaq_mpi.data.datasets import fingerprint
     from slaq_mpi.errors import ConfigError
-    from slaq_mpi.launch import check_data_unchanged
+    from slaq_mpi.runtime.launch import check_data_unchanged
 
     data = tmp_path / "train.bin"
     data.write_bytes(np.random.default_rng(1).bytes(3 << 20))
@@ -543,9 +544,9 @@ def test_resume_checks_the_files_the_resumed_run_reads(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from slaq_mpi.datasets import fingerprint
+    from slaq_mpi.data.datasets import fingerprint
     from slaq_mpi.errors import ConfigError
-    from slaq_mpi.launch import check_data_unchanged
+    from slaq_mpi.runtime.launch import check_data_unchanged
 
     proj = tmp_path / "proj"
     (proj / "data").mkdir(parents=True)

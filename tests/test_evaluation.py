@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from slaq_mpi.evaluation import (
+from slaq_mpi.report.evaluation import (
     JobTrace,
     RunData,
     average_normalized_loss,
@@ -26,7 +26,7 @@ from slaq_mpi.evaluation import (
     reduction_times,
     time_to_reduction,
 )
-from slaq_mpi.summary import summarize, summarize_runs
+from slaq_mpi.report.summary import summarize, summarize_runs
 
 
 def job(name: str, arrival: float, losses: list[float], times: list[float], end: float = math.nan,
@@ -249,7 +249,7 @@ def four_core_run(jobs: list[JobTrace], epoch: float = 4.0) -> RunData:
 
 
 def test_total_utility_counts_completion_times() -> None:
-    from slaq_mpi.fairness import job_utility, total_utility
+    from slaq_mpi.report.fairness import job_utility, total_utility
 
     spec = {"value": 10.0, "deadline": 4.0, "decay": 2.0}
     late = timed_job("late", 0.0, 0.0, 5, utility=spec)  # done at 5: halfway down the decay
@@ -263,7 +263,7 @@ def test_total_utility_counts_completion_times() -> None:
 
 
 def test_rho_of_a_lone_job_is_one_and_of_queued_jobs_follows_contention() -> None:
-    from slaq_mpi.fairness import rhos
+    from slaq_mpi.report.fairness import rhos
 
     assert rhos(four_core_run([timed_job("a", 0.0, 0.0, 10)])).tolist() == pytest.approx([1.0])
     # fifo: a runs [0, 10) on all 4 cores while b waits, then b runs [10, 20)
@@ -279,7 +279,7 @@ def test_rho_of_a_lone_job_is_one_and_of_queued_jobs_follows_contention() -> Non
 
 def test_rho_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> None:
     # a live run records when its last (possibly cut) epoch ended: 11 s, not 8 + 4 s
-    from slaq_mpi.fairness import rhos
+    from slaq_mpi.report.fairness import rhos
 
     done = timed_job("a", 0.0, 0.0, 10)
     open_ = timed_job("open", 0.0, 0.0, 2, end=math.nan)
@@ -291,7 +291,7 @@ def test_rho_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> None:
     assert rhos(run)[1] == pytest.approx(11.0 / (2 * 21.0 / 11.0))
 
 def test_speedups_against_the_equal_share() -> None:
-    from slaq_mpi.fairness import speedups
+    from slaq_mpi.report.fairness import speedups
 
     alone = four_core_run([timed_job("a", 0.0, 0.0, 10)])
     assert speedups(alone, {"a": 0.0}).tolist() == pytest.approx([1.0])
@@ -309,7 +309,7 @@ def test_speedups_against_the_equal_share() -> None:
 
 
 def test_a_loss_that_creeps_up_near_convergence_counts_as_no_progress_in_a_speedup() -> None:
-    from slaq_mpi.fairness import speedups
+    from slaq_mpi.report.fairness import speedups
 
     # "a" runs alone on the 4 cores (1 s iterations) while three jobs wait: its equal share is
     # 1 core (4 s iterations). In its last epoch its loss creeps up by a hair, where an equal
@@ -328,7 +328,7 @@ def test_a_loss_that_creeps_up_near_convergence_counts_as_no_progress_in_a_speed
 def test_speedup_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> None:
     # "open" runs 1 s iterations where an equal share (2 cores, "idle" waits) takes 2 s; the
     # run stopped observing at 10 s, in the epoch that began at 8 s (planned to end at 12 s)
-    from slaq_mpi.fairness import speedups
+    from slaq_mpi.report.fairness import speedups
 
     open_ = timed_job("open", 0.0, 0.0, 10, end=math.nan)
     idle = timed_job("idle", 0.0, 0.0, 0, end=math.nan)
@@ -342,7 +342,7 @@ def test_speedup_of_an_unfinished_job_ends_when_the_run_stopped_observing() -> N
 def test_a_job_that_never_ran_while_active_has_speedup_zero() -> None:
     # fifo on 4 cores: "a" runs while "starved" waits to the end, never iterating; "later"
     # arrives after the run stopped observing (never active: no speedup at all)
-    from slaq_mpi.fairness import speedups
+    from slaq_mpi.report.fairness import speedups
 
     starved = timed_job("starved", 0.0, 0.0, 0, end=math.nan)
     later = timed_job("later", 50.0, 50.0, 0, end=math.nan)
@@ -357,7 +357,7 @@ def test_a_job_that_never_ran_while_active_has_speedup_zero() -> None:
     assert row["min_speedup"] == 0.0 and row["p_mean_speedup"] == 0.0, row
 
 def test_power_mean() -> None:
-    from slaq_mpi.fairness import power_mean
+    from slaq_mpi.report.fairness import power_mean
 
     v = np.array([1.0, 4.0, np.nan])
     assert power_mean(v, -1.0) == pytest.approx(1.6)

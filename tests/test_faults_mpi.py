@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from jobs import SerialComm, load_solver
-from slaq_mpi.config import load
-from slaq_mpi.datasets import read_shard
-from slaq_mpi.generators import materialize
+from slaq_mpi.config.experiment import load
+from slaq_mpi.data.datasets import read_shard
+from slaq_mpi.data.generators import materialize
 from tests.conftest import ROOT, ROOT_OK, mpiexec_path, open_mpi, run_slaq
 
 pytestmark = pytest.mark.mpi
@@ -105,8 +105,8 @@ def test_signal_stops_then_resume_finishes_exactly(tmp_path: Path, signum: int) 
 
 
 def test_resume_from_another_directory_reads_relative_paths_where_the_run_started(tmp_path: Path) -> None:
-    from slaq_mpi.datasets import DatasetSpec
-    from slaq_mpi.generators import generate
+    from slaq_mpi.data.datasets import DatasetSpec
+    from slaq_mpi.data.generators import generate
 
     proj, elsewhere = tmp_path / "proj", tmp_path / "else" / "where"
     (proj / "solvers").mkdir(parents=True)
@@ -137,8 +137,8 @@ def test_resume_from_another_directory_reads_relative_paths_where_the_run_starte
 def test_resume_refuses_a_data_file_that_changed_since_the_start(tmp_path: Path) -> None:
     import shutil
 
-    from slaq_mpi.datasets import DatasetSpec
-    from slaq_mpi.generators import generate
+    from slaq_mpi.data.datasets import DatasetSpec
+    from slaq_mpi.data.generators import generate
 
     data = tmp_path / "train.h5"
     spec = DatasetSpec(generator="classification", params={"rows": 8000, "features": 10})
@@ -260,8 +260,8 @@ def test_a_solver_raising_on_one_rank_of_its_job_ends_the_run_instead_of_hanging
 
 
 def test_worker_error_outside_the_solver_ends_the_run_promptly(tmp_path: Path) -> None:
-    from slaq_mpi.datasets import DatasetSpec
-    from slaq_mpi.generators import generate
+    from slaq_mpi.data.datasets import DatasetSpec
+    from slaq_mpi.data.generators import generate
 
     data = tmp_path / "late.h5"
     generate(DatasetSpec(generator="classification", params={"rows": 2000, "features": 5}), data, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slaq_mpi.placement import place
+from slaq_mpi.runtime.placement import place
 
 WORKERS = list(range(1, 8))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slaq_mpi.plan import arrival_wait, epoch_length
+from slaq_mpi.runtime.plan import arrival_wait, epoch_length
 
 
 def test_epoch_is_cut_short_for_the_next_arrival() -> None:
@@ -23,7 +23,7 @@ def test_a_decision_waits_for_an_arrival_a_moment_away() -> None:
 
 
 def test_an_epoch_is_cut_when_a_job_finishes_with_enough_of_it_left() -> None:
-    from slaq_mpi.plan import cut_time
+    from slaq_mpi.runtime.plan import cut_time
 
     # an epoch of 2 s from t=10 on 64 cores: the floor is a quarter of epoch_seconds (0.5 s),
     # and the freed cores must idle at least 64 * 2 / 32 = 4 core-seconds otherwise

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from slaq_mpi.policies import POLICY_NAMES, get_policy
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 
 def random_snapshot(seed: int) -> ClusterSnapshot:
@@ -107,8 +107,8 @@ def test_nan_is_refused_by_the_constructor_too() -> None:
 ])
 def test_a_broken_allocation_is_refused_alike_live_and_in_simulation(alloc: dict, message: str) -> None:
     from slaq_mpi.errors import ContractError
+    from slaq_mpi.policies.snapshot import checked_allocation
     from slaq_mpi.sim import ScalingModel, SimJob, SimulationError, simulate
-    from slaq_mpi.snapshot import checked_allocation
 
     snap = ClusterSnapshot(capacity=5, now=0.0, epoch_seconds=1.0, jobs=(
         JobSnapshot(job_id="a", losses=(), throughput=(), cores=0, max_cores=3),
@@ -130,7 +130,7 @@ def test_a_broken_allocation_is_refused_alike_live_and_in_simulation(alloc: dict
 
 
 def test_a_good_allocation_is_kept_without_its_zeros() -> None:
-    from slaq_mpi.snapshot import checked_allocation
+    from slaq_mpi.policies.snapshot import checked_allocation
 
     snap = ClusterSnapshot(capacity=5, now=0.0, epoch_seconds=1.0, jobs=(
         JobSnapshot(job_id="a", losses=(), throughput=(), cores=0, max_cores=3),

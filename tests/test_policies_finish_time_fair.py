@@ -12,7 +12,7 @@ from slaq_mpi.policies import get_policy
 from slaq_mpi.policies._outlook import build_outlook
 from slaq_mpi.policies.finish_time_fair import FinishTimeFairPolicy, predicted_rho
 from slaq_mpi.policies.slaq import SlaqPolicy
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 
 def curve(n: int, rate: float = 0.1) -> tuple[float, ...]:

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from slaq_mpi.fairness import power_mean
 from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.goodput import GoodputPolicy
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.report.fairness import power_mean
 
 
 def curve(n: int = 30, rate: float = 0.1, floor: float = 0.1) -> tuple[float, ...]:

@@ -7,8 +7,8 @@ import pytest
 
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.policies import get_policy
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 from slaq_mpi.policies.utility import utility_at, validate_utility
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
 
 
 def curve(n: int = 20) -> tuple[float, ...]:

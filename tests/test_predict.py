@@ -1,4 +1,4 @@
-"""Loss normalization and batched curve fitting (slaq_mpi.predict); no MPI."""
+"""Loss normalization and batched curve fitting (slaq_mpi.brain.predict); no MPI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slaq_mpi.predict import (
+from slaq_mpi.brain.predict import (
     FAMILY_FLAT,
     FAMILY_LINEAR,
     FAMILY_PRIOR,
@@ -166,7 +166,7 @@ def test_young_prior_weight_is_bounded_by_the_jobs_last_reduction() -> None:
     that converged in its first iteration is not promised a third of its span."""
     from dataclasses import replace
 
-    from slaq_mpi.predict import span_prior_reduction
+    from slaq_mpi.brain.predict import span_prior_reduction
 
     hist = [[1.0, 0.5, 1.0 / 3.0],  # exactly the prior's pace (x / (1 + x) of a span of 1)
             [1.0, 0.0124, 0.0003],  # converged: its second drop is 1% of its first
@@ -184,7 +184,7 @@ def test_young_prior_weight_is_bounded_by_the_jobs_last_reduction() -> None:
     assert red[1] < 0.01 < prior / 3.0  # the unbounded blend promised more than 0.08
     assert red[2] == pytest.approx(fitted[2], rel=1e-9)
     # a pace too large for floats is fast (full weight); a NaN loss last is no reduction
-    from slaq_mpi.predict import _prior_pace
+    from slaq_mpi.brain.predict import _prior_pace
 
     assert _prior_pace(np.array([1e300]), np.array([1e-10]), np.array([2.0])).tolist() == [1.0]
     assert fit_curves([[1.0, 0.5, 0.3, float("nan")]]).last_drop.tolist() == [0.0]
@@ -247,7 +247,7 @@ def test_curve_memo_gives_the_batch_fit_bit_for_bit_refitting_only_changed_histo
     brain stays a function of its snapshot while most jobs keep their fits between epochs.
     (A small decay makes the grid search's residuals tiny and ties close: a row's sums that
     changed in their last bits with the batch, as BLAS products do, picked other fits.)"""
-    from slaq_mpi.predict import CurveMemo, class_codes, fit_windows
+    from slaq_mpi.brain.predict import CurveMemo, class_codes, fit_windows
 
     rng = np.random.default_rng(seed)
     k = np.arange(300, dtype=np.float64)
@@ -262,7 +262,7 @@ def test_curve_memo_gives_the_batch_fit_bit_for_bit_refitting_only_changed_histo
     refits: list[int] = []
     asked: list[int] = []
     fitted = fit_windows
-    import slaq_mpi.predict as predict
+    import slaq_mpi.brain.predict as predict
 
     def counting(values, *args, **kw):  # type: ignore[no-untyped-def]
         refits.append(values.shape[0])
@@ -310,7 +310,7 @@ def test_a_fit_does_not_depend_on_the_batch_it_is_computed_in() -> None:
             h = 1.0 / (0.2 * k + 1.0) + rng.normal(0.0, 1e-3, k.size)
         hist.append(tuple(h.tolist()))
     codes = rng.integers(0, 3, len(hist)).astype(np.int8)
-    from slaq_mpi.predict import fit_windows
+    from slaq_mpi.brain.predict import fit_windows
 
     values, mask, n = tail_windows(hist, window)
     batch = fit_windows(values, mask, n, max_drops(hist), codes, decay)

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slaq_mpi import config
+from slaq_mpi.cli.report import add_cli, format_table, load_runs
+from slaq_mpi.config import experiment as config
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import common_l_star, makespan
-from slaq_mpi.report import add_cli, format_table, load_runs
+from slaq_mpi.report.evaluation import common_l_star, makespan
 from slaq_mpi.sim import run_policies
 from slaq_mpi.sim.h5io import read_metrics, write_metrics
 
@@ -162,14 +162,14 @@ def test_report_out_must_be_a_directory(sim_dir: Path, tmp_path: Path) -> None:
 
 
 def test_identical_figures_compare_as_the_same() -> None:
-    from slaq_mpi.report import format_comparison
+    from slaq_mpi.cli.report import format_comparison
 
     rows = {"fair": {"avg_normalized_loss": 0.5}, "fifo": {"avg_normalized_loss": 0.5}}
     assert "avg_normalized_loss the same" in format_comparison(rows)
 
 
 def test_a_time_comparison_names_differing_counts_of_jobs_that_reached_it() -> None:
-    from slaq_mpi.report import format_comparison
+    from slaq_mpi.cli.report import format_comparison
 
     rows = {"fair": {"mean_time_to_90": 10.0, "reached_90": 6.0, "mean_time_to_95": 20.0, "reached_95": 6.0},
             "slaq": {"mean_time_to_90": 5.0, "reached_90": 6.0, "mean_time_to_95": 2.0, "reached_95": 4.0}}
@@ -192,7 +192,7 @@ def test_pngs_are_valid_with_expected_series(sim_dir: Path, tmp_path: Path) -> N
     pytest.importorskip("matplotlib")
     import matplotlib.image as mpimg
 
-    from slaq_mpi.plots import write_plots
+    from slaq_mpi.report.plots import write_plots
 
     runs = load_runs([sim_dir])
     written = write_plots(runs, common_l_star(runs.values()), tmp_path)
@@ -203,7 +203,7 @@ def test_pngs_are_valid_with_expected_series(sim_dir: Path, tmp_path: Path) -> N
         "core_share.png": 6,            # high / medium / low per run
         "fairness.png": 6,              # rho and speedup per run, plus two reference lines
     }
-    from slaq_mpi.report import PLOT_FILES
+    from slaq_mpi.cli.report import PLOT_FILES
 
     assert set(PLOT_FILES) == set(by_name)  # what `report --out` checks before it writes
     for path in written:
@@ -241,7 +241,7 @@ def test_report_command_writes_pngs(sim_dir: Path, tmp_path: Path,
 
 
 def test_plots_go_where_the_runs_are(tmp_path: Path) -> None:
-    from slaq_mpi.report import plots_dir
+    from slaq_mpi.cli.report import plots_dir
 
     for name in ("paper/slaq", "paper/fair", "other/slaq"):
         (tmp_path / name).mkdir(parents=True)
@@ -287,8 +287,8 @@ def test_window_option(sim_dir: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_real_and_simulated_runs_are_labelled_apart(sim_dir: Path, tmp_path: Path) -> None:
-    from slaq_mpi.report import format_comparison
-    from slaq_mpi.summary import summarize_runs
+    from slaq_mpi.cli.report import format_comparison
+    from slaq_mpi.report.summary import summarize_runs
 
     real = read_metrics(sim_dir / "fair")
     real.mode = "run"  # stands in for a real run of the same config
@@ -316,8 +316,8 @@ def test_core_share_titles_are_the_time_weighted_shares_of_the_table(
     """Epochs differ in length (cut short at arrivals and finishes): the plot's percentages
     are the same time-weighted means as the report's core_share_* figures."""
     pytest.importorskip("matplotlib")
-    from slaq_mpi import plots
-    from slaq_mpi.summary import summarize_runs
+    from slaq_mpi.report import plots
+    from slaq_mpi.report.summary import summarize_runs
 
     runs = load_runs([sim_dir])
     l_star = common_l_star(runs.values())
@@ -340,7 +340,7 @@ def test_core_share_titles_are_the_time_weighted_shares_of_the_table(
 
 
 def test_window_times_stay_readable_at_any_size() -> None:
-    from slaq_mpi.report import _window, window_line
+    from slaq_mpi.cli.report import _window, window_line
 
     assert window_line((0.0, 3484.98)).endswith(": 0-3484.98 s")
     assert window_line((1e9, 1.5e9), chosen=True).endswith(": 1,000,000,000-1,500,000,000 s")

@@ -1,4 +1,4 @@
-"""One run at a time per run directory (slaq_mpi.rundir), as `slaq run` and `slaq submit` use it."""
+"""One run at a time per run directory (slaq_mpi.storage.rundir), as `slaq run` and `slaq submit` use it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from slaq_mpi import cli, config, rundir
+from slaq_mpi import cli
+from slaq_mpi.config import experiment as config
 from slaq_mpi.errors import ConfigError
+from slaq_mpi.storage import rundir
 
 
 @pytest.fixture
@@ -56,7 +58,7 @@ def test_a_held_run_directory_is_refused_naming_the_holder(held: Path) -> None:
 
 def test_lock_is_released_when_its_holder_ends(tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
-    code = ("import sys, time; from slaq_mpi import rundir; rundir.hold(sys.argv[1]); "
+    code = ("import sys, time; from slaq_mpi.storage import rundir; rundir.hold(sys.argv[1]); "
             "print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True)
     try:
@@ -102,7 +104,8 @@ def test_slaq_run_refuses_a_held_run_directory_before_any_rank(held: Path, tmp_p
 
 def test_more_ranks_than_this_machine_can_hold_are_refused_before_any_launch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from slaq_mpi import launch, memory
+    from slaq_mpi.config import memory
+    from slaq_mpi.runtime import launch
 
     def no_launch(*args: object, **kwargs: object) -> None:
         raise AssertionError("mpiexec started")
@@ -141,7 +144,7 @@ def test_validate_notes_a_run_in_progress(held: Path, tmp_path: Path,
 def test_slaq_submit_refuses_a_held_run_directory(held: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from slaq_mpi import slurm
+    from slaq_mpi.slurm import submit as slurm
 
     calls: list[object] = []
     monkeypatch.setattr(slurm, "run_cmd", lambda *a, **k: calls.append(a))
@@ -190,7 +193,7 @@ def test_a_run_dir_that_is_a_link_stays_one_and_stays_locked(tmp_path: Path) -> 
 
 
 def test_the_start_is_when_slaq_run_launched_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from slaq_mpi.launch import start_time
+    from slaq_mpi.runtime.launch import start_time
 
     monkeypatch.delenv("SLAQ_LAUNCHED_AT", raising=False)
     assert start_time(100.0) == 100.0
@@ -208,7 +211,7 @@ def _fake_launch(monkeypatch: pytest.MonkeyPatch, run_dir: Path, open_mpi: bool,
     ``signals`` once rank 0 has begun (if it does)."""
     import argparse
 
-    from slaq_mpi import launch
+    from slaq_mpi.runtime import launch
 
     handlers: dict[int, object] = {}
     seen = env if env is not None else {}
@@ -305,7 +308,7 @@ def test_a_launch_that_never_started_the_run_says_so(monkeypatch: pytest.MonkeyP
 
 
 def test_open_mpi_is_recognized_by_its_version_line(tmp_path: Path) -> None:
-    from slaq_mpi.launch import is_open_mpi
+    from slaq_mpi.runtime.launch import is_open_mpi
 
     for name, line, want in (("ompi4", "mpiexec (OpenRTE) 4.1.4", True),
                              ("ompi5", "mpirun (Open MPI) 5.0.7", True),
@@ -326,7 +329,8 @@ def test_a_stop_signal_while_a_rank_starts_is_kept(argv: list[str], env: dict[st
     code = textwrap.dedent("""
         import os, signal, sys
         sys.argv[1:] = ARGV
-        import slaq_mpi._early_signals as early
+        import slaq_mpi.runtime.signals as early
+        early.install()  # what both entry points do first
         os.kill(os.getpid(), signal.SIGTERM)
         print("alive", early.received)
     """).replace("ARGV", repr(argv))
@@ -470,7 +474,7 @@ def test_a_stop_made_as_anything_is_removed(kind: str, tmp_path: Path) -> None:
 
 def test_a_resume_path_through_a_link_keeps_its_meaning(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from slaq_mpi.launch import resume_path
+    from slaq_mpi.runtime.launch import resume_path
 
     (tmp_path / "scratch" / "exp").mkdir(parents=True)
     (tmp_path / "scratch" / "run").mkdir()

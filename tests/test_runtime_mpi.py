@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from jobs import SerialComm, load_solver
-from slaq_mpi.config import load
-from slaq_mpi.datasets import read_shard
+from slaq_mpi.config.experiment import load
+from slaq_mpi.data.datasets import read_shard
 from tests.conftest import ROOT, run_mpi
 
 pytestmark = pytest.mark.mpi

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slaq_mpi import config
+from slaq_mpi.config import experiment as config
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import makespan, observed
+from slaq_mpi.policies.snapshot import ClusterSnapshot
+from slaq_mpi.report.evaluation import makespan, observed
 from slaq_mpi.sim import ScalingModel, SimJob, SimulationError, parse_settings, run_policies, simulate
 from slaq_mpi.sim.curves import CurveLibrary, analytic_curve
 from slaq_mpi.sim.workload import stop_iteration
-from slaq_mpi.snapshot import ClusterSnapshot
 
 
 def make_spec(simulation: dict[str, Any], seed: int = 3, jobs: list[dict[str, Any]] | None = None) -> Any:
@@ -188,7 +188,7 @@ def test_overallocation_is_an_error() -> None:
 
 
 def test_oracle_beats_fair_on_its_objective() -> None:
-    from slaq_mpi.evaluation import average_normalized_loss, common_l_star
+    from slaq_mpi.report.evaluation import average_normalized_loss, common_l_star
 
     runs = run_policies(make_spec(SMALL), ["fair", "oracle"])
     ls = common_l_star(runs.values())

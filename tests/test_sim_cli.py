@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from slaq_mpi.cli import build_parser
+from slaq_mpi.cli.simulate import JSON_KEYS
 from slaq_mpi.sim import ScalingModel, compare_with_run, fit_scaling
-from slaq_mpi.sim.cli import JSON_KEYS
 from slaq_mpi.sim.h5io import read_metrics
 
 CONFIG = {
@@ -369,7 +369,7 @@ def test_curves_record_refuses_bad_arguments_before_recording(tmp_path: Path) ->
 
 def test_oracle_needs_the_simulator() -> None:
     from slaq_mpi.policies import get_policy
-    from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+    from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
     snap = ClusterSnapshot(capacity=4, now=0.0, epoch_seconds=1.0,
                            jobs=(JobSnapshot("x", (), (), 0, 4),))
@@ -382,12 +382,12 @@ def test_report_table_without_matplotlib(config_file: Path, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from slaq_mpi.report import add_cli as report_cli
+    from slaq_mpi.cli.report import add_cli as report_cli
 
     args = parse(["simulate", str(config_file), "--policy", "fair", "--out", str(tmp_path / "o")])
     assert args.func(args) == 0
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    monkeypatch.delitem(sys.modules, "slaq_mpi.plots", raising=False)
+    monkeypatch.delitem(sys.modules, "slaq_mpi.report.plots", raising=False)
     parser = argparse.ArgumentParser()
     report_cli(parser.add_subparsers(dest="cmd"))
     rargs = parser.parse_args(["report", str(tmp_path / "o")])
@@ -398,7 +398,7 @@ def test_report_table_without_matplotlib(config_file: Path, tmp_path: Path,
 
 
 def test_share_difference_counts_a_simulation_that_ended_early() -> None:
-    from slaq_mpi.evaluation import JobTrace, RunData
+    from slaq_mpi.report.evaluation import JobTrace, RunData
     from slaq_mpi.sim.run import share_difference
 
     def run(starts: list[float], end: float) -> RunData:

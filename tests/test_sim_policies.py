@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from slaq_mpi import config
+from slaq_mpi.config import experiment as config
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import common_l_star
+from slaq_mpi.policies.snapshot import ClusterSnapshot
+from slaq_mpi.report.evaluation import common_l_star
+from slaq_mpi.report.summary import summarize
 from slaq_mpi.sim import run_policies
 from slaq_mpi.sim.h5io import read_metrics, write_metrics
-from slaq_mpi.snapshot import ClusterSnapshot
-from slaq_mpi.summary import summarize
 
 URGENT = {"value": 10, "deadline": 30, "decay": 10}
 

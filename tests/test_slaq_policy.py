@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.slaq import SlaqPolicy, allocate_by_gain, greedy_allocate, water_fill
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 
 def concave_table(rng: np.random.Generator, jobs: int, width: int) -> np.ndarray:
@@ -207,7 +207,8 @@ def test_the_brain_imports_no_mpi_and_no_config_loader() -> None:
     """DESIGN.md: the scheduling brain imports no MPI, so the simulator and tests reuse it;
     it depends on neither the run's MPI layer nor the YAML/HDF5 config loader (transitively)."""
     root = Path(__file__).resolve().parents[1]
-    todo = ["slaq_mpi.predict", "slaq_mpi.throughput", "slaq_mpi.snapshot", "slaq_mpi.policies"]
+    todo = ["slaq_mpi.brain.predict", "slaq_mpi.brain.throughput", "slaq_mpi.policies.snapshot",
+            "slaq_mpi.policies"]
     todo += [f"slaq_mpi.policies.{p.stem}" for p in (root / "slaq_mpi/policies").glob("*.py")]
     seen: set[str] = set()
     outside: set[str] = set()
@@ -223,7 +224,8 @@ def test_the_brain_imports_no_mpi_and_no_config_loader() -> None:
         ours, other = _slaq_imports(path)
         outside |= other
         todo += sorted(ours - seen)
-    assert {"slaq_mpi.comm", "slaq_mpi.config", "slaq_mpi.launch"}.isdisjoint(seen), sorted(seen)
+    runtime_or_loader = {"slaq_mpi.runtime.comm", "slaq_mpi.config.experiment", "slaq_mpi.runtime.launch"}
+    assert runtime_or_loader.isdisjoint(seen), sorted(seen)
     assert {"mpi4py", "yaml", "h5py"}.isdisjoint(outside), sorted(outside)
 
 
@@ -235,7 +237,7 @@ def _history_snapshot(hist: list[tuple[float, ...]]) -> ClusterSnapshot:
 
 def test_a_decision_depends_on_its_snapshot_only_not_on_earlier_decisions() -> None:
     """A resumed run builds a fresh policy: it must decide as the uninterrupted run would."""
-    from slaq_mpi.predict import max_drops
+    from slaq_mpi.brain.predict import max_drops
 
     k = np.arange(200, dtype=np.float64)
     rng = np.random.default_rng(3)

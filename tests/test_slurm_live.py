@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import yaml
 
-from slaq_mpi import slurm
-from slaq_mpi.slurm import SlurmError
+from slaq_mpi.slurm import submit as slurm
+from slaq_mpi.slurm.submit import SlurmError
 from tests.conftest import run_slaq
 
 pytestmark = pytest.mark.slurm

@@ -1,4 +1,4 @@
-"""Unit tier for slaq_mpi.slurm: settings validation, the sbatch script (golden files), the one
+"""Unit tier for slaq_mpi.slurm.submit: settings validation, the sbatch script (golden files), the one
 subprocess boundary ``run_cmd``, ``slaq submit``, and the script's stop/requeue logic run by bash
 against fake ``mpiexec`` and ``scontrol`` commands. No Slurm needed."""
 
@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from slaq_mpi import cli, slurm
+from slaq_mpi import cli
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.metrics import JobRecord, RunRecord
-from slaq_mpi.slurm import SlurmError, render_sbatch
-from slaq_mpi.slurm_settings import SlurmSettings, parse_time, settings_for, settings_from_mapping
+from slaq_mpi.slurm import submit as slurm
+from slaq_mpi.slurm.settings import SlurmSettings, parse_time, settings_for, settings_from_mapping
+from slaq_mpi.slurm.submit import SlurmError, render_sbatch
+from slaq_mpi.storage.metrics import JobRecord, RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -109,7 +110,7 @@ def test_defaults_follow_the_experiment() -> None:
 
 
 def test_settings_for_reads_the_spec_section(tmp_path: Path) -> None:
-    from slaq_mpi import config
+    from slaq_mpi.config import experiment as config
 
     cfg = _write_config(tmp_path, slurm={"time": "00:30:00", "partition": "debug"})
     spec = config.load(cfg)
@@ -422,7 +423,7 @@ def test_submit_refuses_a_log_directory_that_does_not_exist(
 def test_submit_takes_relative_paths_from_slurm_chdir_as_the_job_does(
         monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from slaq_mpi import datasets, generators
+    from slaq_mpi.data import datasets, generators
 
     fake = _sbatch_answers(monkeypatch, tmp_path)  # submitted from tmp_path
     (tmp_path / "work").mkdir()
@@ -454,8 +455,8 @@ def test_submit_checks_a_resumed_run_where_it_started(
 
     import h5py
 
-    from slaq_mpi import datasets, generators
-    from slaq_mpi.datasets import fingerprint
+    from slaq_mpi.data import datasets, generators
+    from slaq_mpi.data.datasets import fingerprint
 
     fake = _sbatch_answers(monkeypatch, tmp_path)  # submitted from tmp_path
     proj = tmp_path / "proj"  # where the run was started by hand, then stopped

@@ -246,7 +246,7 @@ def test_documented_user_solver_runs(tmp_path) -> None:
 def test_all_algorithms_config_covers_every_algorithm() -> None:
     from pathlib import Path
 
-    from slaq_mpi import config
+    from slaq_mpi.config import experiment as config
 
     spec = config.load(Path(__file__).resolve().parent.parent / "configs" / "all-algorithms.yaml")
     assert {job.algorithm for job in spec.jobs} == set(ALGORITHMS)
@@ -301,7 +301,7 @@ def test_sparse_input_gives_the_losses_of_dense_input(algorithm: str) -> None:
 
 
 def test_a_step_result_counts_as_a_loss_only_when_it_is_one_real_number() -> None:
-    from slaq_mpi.worker import _loss_value
+    from slaq_mpi.runtime.worker import _loss_value
 
     for good in (0.5, 2, np.float32(0.25), np.int64(3), np.array(1.5)):
         assert _loss_value(good) == float(good) and type(_loss_value(good)) is float

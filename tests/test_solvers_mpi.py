@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slaq_mpi.datasets import DatasetSpec
-from slaq_mpi.generators import generate
+from slaq_mpi.data.datasets import DatasetSpec
+from slaq_mpi.data.generators import generate
 from tests.conftest import ROOT, run_mpi
 
 pytestmark = pytest.mark.mpi

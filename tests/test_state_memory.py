@@ -13,8 +13,8 @@ import scipy.sparse as sp
 import yaml
 
 from jobs import ALGORITHMS, SerialComm, Shard, Solver, load_solver
-from slaq_mpi import config
-from slaq_mpi import memory as mem
+from slaq_mpi.config import experiment as config
+from slaq_mpi.config import memory as mem
 from slaq_mpi.errors import ConfigError
 from tests.conftest import run_slaq
 

@@ -1,4 +1,4 @@
-"""Seconds-per-iteration model (slaq_mpi.throughput); no MPI."""
+"""Seconds-per-iteration model (slaq_mpi.brain.throughput); no MPI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slaq_mpi.throughput import (
+from slaq_mpi.brain.throughput import (
     MIN_POPULATION_JOBS,
     SERIAL_FRACTION,
     fit_throughput,

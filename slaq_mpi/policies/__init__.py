@@ -1,4 +1,4 @@
-"""Scheduling policies: pure functions of a :class:`~slaq_mpi.snapshot.ClusterSnapshot`.
+"""Scheduling policies: pure functions of a :class:`~slaq_mpi.policies.snapshot.ClusterSnapshot`.
 
 ``get_policy(name, **params)`` returns an object with
 ``allocate(snapshot) -> dict[job_id, cores]``. Jobs missing from the result, or given 0,
@@ -13,7 +13,7 @@ import math
 import typing
 from typing import Any, Protocol
 
-from slaq_mpi.snapshot import ClusterSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 __all__ = ["Policy", "PolicyError", "POLICY_NAMES", "get_policy", "LIVE_POLICY_NAMES",
            "SIMULATION_POLICY_NAMES"]

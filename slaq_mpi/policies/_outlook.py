@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slaq_mpi.policies.slaq import Forecast, GainFn, SlaqPolicy, allocate_by_gain
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 __all__ = ["Outlook", "build_outlook", "min_cores_within", "power_utility", "top_up"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 
 def job_cap(job: JobSnapshot, capacity: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slaq_mpi.policies._share import admitted, water_fill
-from slaq_mpi.snapshot import ClusterSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 
 class FairPolicy:

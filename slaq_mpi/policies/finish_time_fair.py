@@ -37,7 +37,7 @@ import numpy as np
 from slaq_mpi.policies._outlook import Outlook, build_outlook, min_cores_within, top_up
 from slaq_mpi.policies._params import require
 from slaq_mpi.policies.slaq import SlaqPolicy
-from slaq_mpi.snapshot import ClusterSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 __all__ = ["FinishTimeFairPolicy", "predicted_rho"]
 

@@ -39,7 +39,7 @@ import numpy as np
 from slaq_mpi.policies._outlook import build_outlook, power_utility, top_up
 from slaq_mpi.policies._params import require
 from slaq_mpi.policies.slaq import SlaqPolicy
-from slaq_mpi.snapshot import ClusterSnapshot
+from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 __all__ = ["GoodputPolicy"]
 

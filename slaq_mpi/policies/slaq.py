@@ -3,9 +3,9 @@
 Per decision (a pure function of the snapshot: a resumed run decides as an uninterrupted one
 would):
 
-1. normalize and fit every job's loss history (:mod:`slaq_mpi.predict`; a history unchanged
+1. normalize and fit every job's loss history (:mod:`slaq_mpi.brain.predict`; a history unchanged
    since the previous decision keeps its fit, which is the fit from scratch bit for bit);
-2. fit every job's seconds per iteration vs. cores (:mod:`slaq_mpi.throughput`);
+2. fit every job's seconds per iteration vs. cores (:mod:`slaq_mpi.brain.throughput`);
 3. predicted normalized reduction of job ``j`` on ``a`` cores over the epoch ``T``:
    ``f_j(k) - f_j(k + T / t_j(a))`` (iterations capped by the job's remaining budget);
 4. greedy: one core per job, then one core at a time to the largest marginal reduction.
@@ -22,9 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from slaq_mpi._numeric import zero_nonfinite
-from slaq_mpi.policies._params import require
-from slaq_mpi.predict import (
+from slaq_mpi.brain._numeric import zero_nonfinite
+from slaq_mpi.brain.predict import (
     DEFAULT_DECAY,
     DEFAULT_WINDOW,
     FAMILY_LINEAR,
@@ -34,14 +33,15 @@ from slaq_mpi.predict import (
     CurveMemo,
     class_codes,
 )
-from slaq_mpi.snapshot import ClusterSnapshot
-from slaq_mpi.throughput import (
+from slaq_mpi.brain.throughput import (
     SERIAL_FRACTION,
     ThroughputModel,
     fit_throughput_flat,
     flat_observations,
     population_serial_fraction,
 )
+from slaq_mpi.policies._params import require
+from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 __all__ = ["Forecast", "GainFn", "SlaqPolicy", "allocate_by_gain", "greedy_allocate", "water_fill"]
 
@@ -207,8 +207,8 @@ class Forecast:
 
     Attributes:
         job_ids: the jobs, sorted.
-        curves: fitted loss curves (:class:`~slaq_mpi.predict.CurveFit`).
-        speed: fitted seconds per iteration (:class:`~slaq_mpi.throughput.ThroughputModel`).
+        curves: fitted loss curves (:class:`~slaq_mpi.brain.predict.CurveFit`).
+        speed: fitted seconds per iteration (:class:`~slaq_mpi.brain.throughput.ThroughputModel`).
         remaining: iterations each job may still run (``inf`` without a budget).
         caps: most cores each job may hold (``min(max_cores, capacity)``, at least 1).
         epoch_seconds: the horizon ``T``.
@@ -291,7 +291,7 @@ class SlaqPolicy:
         learn_scaling: the throughput prior (how a job seen on fewer than three core counts
             scales) takes its serial share from the other jobs' fits (their median, once three
             jobs have data at three or more core counts) instead of the fixed
-            :data:`~slaq_mpi.throughput.SERIAL_FRACTION`.
+            :data:`~slaq_mpi.brain.throughput.SERIAL_FRACTION`.
 
     The same snapshot gives the same allocation, whatever the policy decided before: only the
     fits of unchanged histories are kept, and they equal fits from scratch bit for bit.
@@ -330,7 +330,7 @@ class SlaqPolicy:
         seen on fewer than ``DATA_DISTINCT`` core counts.
 
         With ``learn_scaling`` that share is the median of the jobs whose own data decide their
-        fit (:func:`~slaq_mpi.throughput.population_serial_fraction`), else the fixed default.
+        fit (:func:`~slaq_mpi.brain.throughput.population_serial_fraction`), else the fixed default.
         """
         speed = fit_throughput_flat(owner, cores, seconds, count, self.prior_seconds,
                                     learn_serial=self.learn_scaling)

@@ -48,11 +48,11 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi.config.values import number
 from slaq_mpi.errors import NO_VALUE, ConfigError
 from slaq_mpi.policies._outlook import Outlook, build_outlook, min_cores_within
 from slaq_mpi.policies.slaq import SlaqPolicy, water_fill
-from slaq_mpi.snapshot import ClusterSnapshot
-from slaq_mpi.values import number
+from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 __all__ = ["UTILITY_KEYS", "UtilityPolicy", "utility_at", "validate_utility"]
 

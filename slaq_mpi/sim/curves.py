@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slaq_mpi import durable
 from slaq_mpi.errors import DataError
+from slaq_mpi.storage import durable
 
 __all__ = ["DEFAULT_LIBRARY", "Curve", "CurveLibrary", "analytic_curve", "extend"]
 

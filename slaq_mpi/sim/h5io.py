@@ -8,7 +8,7 @@ convergence, max_cores, attained_core_seconds and (simulator only) l_star, utili
 the job's ``utility:`` spec, if any) and scaling (work, overhead, comm). ``/epochs``: time
 (E,) f8, alloc (E, J) i4 with columns in the order of ``job_names`` (J,) utf-8 strings,
 decision_ms (E,), pause_ms (E,), gap_ms (E,) f8 (NaN when simulated), moved (E,) i1.
-The same schema as :mod:`slaq_mpi.metrics` (real runs); either reads the other's files.
+The same schema as :mod:`slaq_mpi.storage.metrics` (real runs); either reads the other's files.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from slaq_mpi import durable
 from slaq_mpi.errors import DAMAGED_FILE_ERRORS, DataError
-from slaq_mpi.evaluation import JobTrace, RunData
+from slaq_mpi.report.evaluation import JobTrace, RunData
+from slaq_mpi.storage import durable
 
 __all__ = ["read_metrics", "write_metrics"]
 
@@ -31,7 +31,7 @@ _STR = h5py.string_dtype(encoding="utf-8")
 
 
 def write_metrics(path: str | Path, run: RunData) -> None:
-    """Write ``run`` to ``path`` atomically (:func:`slaq_mpi.durable.replacing`): a failed or
+    """Write ``run`` to ``path`` atomically (:func:`slaq_mpi.storage.durable.replacing`): a failed or
     interrupted write leaves the old file, and no temp file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +117,7 @@ def _config_utilities(text: str) -> dict[str, dict[str, float]]:
     """Each job's ``utility:`` in a run's config text (a real run keeps them only there)."""
     import yaml
 
-    from slaq_mpi.config import yaml_loader
+    from slaq_mpi.config.experiment import yaml_loader
     from slaq_mpi.errors import ConfigError
     from slaq_mpi.policies.utility import validate_utility
 

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from slaq_mpi.policies.snapshot import ClusterSnapshot
 from slaq_mpi.sim.workload import SimJob
-from slaq_mpi.snapshot import ClusterSnapshot
 
 __all__ = ["OraclePolicy"]
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from jobs import ALGORITHMS, SerialComm, Shard, load_solver
-from slaq_mpi.generators import GENERATORS
+from slaq_mpi.data.generators import GENERATORS
 from slaq_mpi.sim.curves import Curve
 
 __all__ = ["RECIPES", "ITERATION_CAPS", "KIND_RECIPES", "record_curve", "record_curves"]

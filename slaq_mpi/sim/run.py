@@ -12,9 +12,9 @@ import numpy as np
 
 from slaq_mpi._text import count
 from slaq_mpi.errors import DataError
-from slaq_mpi.evaluation import RunData, observed_end
 from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.utility import validate_utility
+from slaq_mpi.report.evaluation import RunData, observed_end
 from slaq_mpi.sim.curves import CurveLibrary, extend
 from slaq_mpi.sim.engine import simulate
 from slaq_mpi.sim.h5io import read_metrics, write_metrics
@@ -142,7 +142,7 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
     """
     import yaml
 
-    from slaq_mpi import config as cfg
+    from slaq_mpi.config import experiment as cfg
 
     real = read_real_run(run_dir)
     # the run's own loader: its config may write 1e-4, which YAML 1.1's safe_load reads as text

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slaq_mpi.config.values import MAX_RANKS, integer, number
 from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
-from slaq_mpi.values import MAX_RANKS, integer, number
 
 __all__ = ["ScalingParams", "SimSettings", "WorkloadSettings", "parse_settings"]
 
@@ -128,7 +128,7 @@ def _keys(raw: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
 
 
 def parse_settings(spec: Any, check_files: bool = True) -> SimSettings:
-    """Validate ``spec.simulation`` (an :class:`~slaq_mpi.config.ExperimentSpec`);
+    """Validate ``spec.simulation`` (an :class:`~slaq_mpi.config.experiment.ExperimentSpec`);
     ``check_files=False`` leaves out whether ``curve_file`` exists.
 
     Raises:

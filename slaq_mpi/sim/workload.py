@@ -84,7 +84,7 @@ def _cells(template: Any, notes: list[str]) -> float:
     if ds.generator is not None:
         return float(ds.params.get("rows", 1000)) * float(ds.params.get("features", 100))
     try:
-        from slaq_mpi.datasets import inspect
+        from slaq_mpi.data.datasets import inspect
 
         info = inspect(ds.path)
         return float(info.rows) * float(info.features)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from slaq_mpi import comm
+from slaq_mpi.runtime import comm
 
 
 def main() -> int:

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from jobs import load_solver
-from slaq_mpi.comm import world_group
-from slaq_mpi.datasets import read_shard
+from slaq_mpi.data.datasets import read_shard
+from slaq_mpi.runtime.comm import world_group
 
 
 def main() -> int:

@@ -6,8 +6,8 @@ a warning signal before the time limit; on that signal (or SIGTERM) it creates `
 rank 0 checkpoints and exits with status 75, and the script requeues the job, which resumes from
 the checkpoints (``slaq run --resume RUN_DIR``). ``docs/slurm.md`` tells the whole story.
 
-* :mod:`slaq_mpi.slurm_settings` validates the ``slurm:`` section into
-  :class:`~slaq_mpi.slurm_settings.SlurmSettings`.
+* :mod:`slaq_mpi.slurm.settings` validates the ``slurm:`` section into
+  :class:`~slaq_mpi.slurm.settings.SlurmSettings`.
 * :func:`render_sbatch` is a pure function: settings in, script text out.
 * Every Slurm command goes through :func:`run_cmd`; :func:`submit` and :func:`job_info` use it.
 """
@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi import rundir
 from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, SlaqError
-from slaq_mpi.slurm_settings import SlurmSettings, settings_for
+from slaq_mpi.slurm.settings import SlurmSettings, settings_for
+from slaq_mpi.storage import rundir
 
 __all__ = [
     "EXIT_STOPPED",
@@ -139,7 +139,7 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
         out += [
             'CONFIG=${1:?"usage: sbatch slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"}',
             "# the config's output_dir; a config that cannot be read ends the job here, in one line",
-            'OUT_DIR=$("$PYTHON" -c \'import sys; from slaq_mpi.config import load',
+            'OUT_DIR=$("$PYTHON" -c \'import sys; from slaq_mpi.config.experiment import load',
             'try: print(load(sys.argv[1], check_files=False).output_dir.resolve())',
             'except Exception as exc: sys.exit(f"slaq: error: {exc}")\' "$CONFIG") || exit 2',
             'RUN_DIR=${2:-$OUT_DIR}',
@@ -376,7 +376,7 @@ def _run_part(text: str) -> Any:
     """An experiment YAML without the sections a resumed run ignores (None if unparsable)."""
     import yaml
 
-    from slaq_mpi import config
+    from slaq_mpi.config import experiment as config
 
     try:
         raw = yaml.load(text, Loader=config.yaml_loader())  # noqa: S506 - a safe loader
@@ -392,7 +392,7 @@ def _check_resumable(run_dir: Path, source: str, given: str) -> None:
     earlier run that the job would resume, unless that run is of this config and has not
     finished. Only the ``slurm:`` section (and ``simulation:``) may differ: a longer time
     limit or another partition for the rest of a run is the usual reason to submit it again."""
-    from slaq_mpi.launch import finished_status
+    from slaq_mpi.runtime.launch import finished_status
 
     try:
         saved = (run_dir / "config.yaml").read_text()
@@ -451,8 +451,8 @@ def launch_notes(settings: SlurmSettings, cwd: Path) -> list[str]:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from slaq_mpi import config
-    from slaq_mpi.launch import check_data_unchanged, start_dir
+    from slaq_mpi.config import experiment as config
+    from slaq_mpi.runtime.launch import check_data_unchanged, start_dir
 
     cwd = Path.cwd()
     first = config.load(args.config, check_files=False)

@@ -2,7 +2,7 @@
 
 :func:`settings_from_mapping` / :func:`settings_for` fill in the defaults and raise
 :class:`~slaq_mpi.errors.ConfigError` naming the key, the bad value and what is allowed;
-``docs/slurm.md`` documents every key. :mod:`slaq_mpi.slurm` renders the batch script from them.
+``docs/slurm.md`` documents every key. :mod:`slaq_mpi.slurm.submit` renders the batch script from them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from slaq_mpi._text import seconds
+from slaq_mpi.config.values import MAX_RANKS, integer
 from slaq_mpi.errors import NO_VALUE, ConfigError
-from slaq_mpi.values import MAX_RANKS, integer
 
 __all__ = ["LAUNCHERS", "SlurmSettings", "parse_time", "settings_for", "settings_from_mapping"]
 
@@ -114,7 +114,7 @@ def parse_time(value: str) -> float:
 
 
 def settings_for(spec: Any) -> SlurmSettings:
-    """Validated settings for an :class:`~slaq_mpi.config.ExperimentSpec` (its ``slurm:`` section,
+    """Validated settings for an :class:`~slaq_mpi.config.experiment.ExperimentSpec` (its ``slurm:`` section,
     its ``ranks`` and ``epoch_seconds``, its ``name`` as the default job name)."""
     return settings_from_mapping(spec.slurm, ranks=spec.ranks, epoch_seconds=spec.epoch_seconds,
                                  name=spec.name)

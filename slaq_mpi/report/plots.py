@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from slaq_mpi.evaluation import (  # noqa: E402
+from slaq_mpi.report.evaluation import (  # noqa: E402
     LOSS_GROUPS,
     RunData,
     average_core_shares,
@@ -30,7 +30,7 @@ from slaq_mpi.evaluation import (  # noqa: E402
     evaluation_grid,
     reduction_times,
 )
-from slaq_mpi.fairness import rhos, speedups  # noqa: E402
+from slaq_mpi.report.fairness import rhos, speedups  # noqa: E402
 
 __all__ = ["REDUCTION_PERCENTS", "write_plots"]
 

@@ -1,4 +1,4 @@
-"""Batched variable-projection fitting of loss windows (internals of :mod:`slaq_mpi.predict`).
+"""Batched variable-projection fitting of loss windows (internals of :mod:`slaq_mpi.brain.predict`).
 
 Both families are written around the last observed iteration (``u = k - k_n``): sublinear
 ``h(u) = 1 / (1 + p1 u + p2 u^2)`` and linear ``h(u) = exp(-p1 u)``; the curve is
@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from slaq_mpi._numeric import zero_nonfinite
+from slaq_mpi.brain._numeric import zero_nonfinite
 
 __all__ = ["FAMILY_FLAT", "FAMILY_LINEAR", "FAMILY_PRIOR", "FAMILY_SUBLINEAR", "MIN_FULL_POINTS",
            "coarse", "refine", "shape"]

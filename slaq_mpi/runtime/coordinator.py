@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs import load_solver
-from slaq_mpi import _early_signals, checkpoint, comm
 from slaq_mpi._text import count
-from slaq_mpi.config import ExperimentSpec
-from slaq_mpi.datasets import fingerprint
-from slaq_mpi.durable import replacing
+from slaq_mpi.config.experiment import ExperimentSpec
+from slaq_mpi.data.datasets import fingerprint
+from slaq_mpi.data.generators import materialize
 from slaq_mpi.errors import (
     EXIT_ABORTED,
     EXIT_DONE,
@@ -31,13 +30,16 @@ from slaq_mpi.errors import (
     WorkerError,
     disk_full_hint,
 )
-from slaq_mpi.generators import materialize
-from slaq_mpi.metrics import JobRecord, RunRecord
-from slaq_mpi.placement import place
-from slaq_mpi.plan import Plan, Report, arrival_wait, cut_time, epoch_length
 from slaq_mpi.policies import get_policy
-from slaq_mpi.rundir import STOP_FILE, remove_stop
-from slaq_mpi.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
+from slaq_mpi.runtime import comm
+from slaq_mpi.runtime import signals as _early_signals
+from slaq_mpi.runtime.placement import place
+from slaq_mpi.runtime.plan import Plan, Report, arrival_wait, cut_time, epoch_length
+from slaq_mpi.storage import checkpoint
+from slaq_mpi.storage.durable import replacing
+from slaq_mpi.storage.metrics import JobRecord, RunRecord
+from slaq_mpi.storage.rundir import STOP_FILE, remove_stop
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only

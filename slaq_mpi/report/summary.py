@@ -2,7 +2,7 @@
 
 ``SUMMARY_METRICS`` maps a metric's name to a function of ``(run, l_star)``; other modules add
 entries to it. :func:`summarize_runs` evaluates runs compared together on the same L* per job
-and the same window (:func:`~slaq_mpi.evaluation.comparison_window`).
+and the same window (:func:`~slaq_mpi.report.evaluation.comparison_window`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from slaq_mpi.evaluation import (
+from slaq_mpi.report.evaluation import (
     RunData,
     average_normalized_loss,
     common_l_star,
@@ -27,7 +27,7 @@ from slaq_mpi.evaluation import (
     observed,
     reduction_times,
 )
-from slaq_mpi.fairness import power_mean, rhos, speedups, total_utility
+from slaq_mpi.report.fairness import power_mean, rhos, speedups, total_utility
 
 __all__ = ["COUNT_METRICS", "SUMMARY_METRICS", "MetricFn", "json_value", "summarize", "summarize_runs"]
 

@@ -14,7 +14,7 @@ from typing import Any
 from slaq_mpi._text import count
 from slaq_mpi.cli import printer
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.outpaths import check_writable
+from slaq_mpi.storage.outpaths import check_writable
 
 __all__ = ["JSON_KEYS", "add_cli", "cmd_curves_record", "cmd_sim_check", "cmd_simulate"]
 
@@ -39,7 +39,7 @@ def _positive_int(text: str) -> int:
 
 def _seed(text: str) -> int:
     """A base seed: SEED*1000+i must stay a 64-bit seed (as the experiment's ``seed``)."""
-    from slaq_mpi.config import EXPERIMENT_SEED_MAX
+    from slaq_mpi.config.experiment import EXPERIMENT_SEED_MAX
 
     try:
         val = int(text)
@@ -75,12 +75,13 @@ def _check_out(out: str | None) -> None:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
-    from slaq_mpi import config, rundir
-    from slaq_mpi.report import format_table, window_line
+    from slaq_mpi.cli.report import format_table, window_line
+    from slaq_mpi.config import experiment as config
+    from slaq_mpi.report.summary import json_value, summarize_runs
     from slaq_mpi.sim.curves import CurveLibrary
     from slaq_mpi.sim.run import run_policies
     from slaq_mpi.sim.settings import check_policy_name, parse_settings
-    from slaq_mpi.summary import json_value, summarize_runs
+    from slaq_mpi.storage import rundir
 
     _check_out(args.out)
     spec = config.load(args.config, check_files=False)
@@ -193,9 +194,9 @@ def cmd_curves_record(args: argparse.Namespace) -> int:
 
 def cmd_sim_check(args: argparse.Namespace) -> int:
     """``slaq sim-check RUN_DIR``: simulate a real run, calibrated from it; compare shares."""
-    from slaq_mpi import rundir
+    from slaq_mpi.report.summary import json_value
     from slaq_mpi.sim.run import compare_with_run, read_real_run
-    from slaq_mpi.summary import json_value
+    from slaq_mpi.storage import rundir
 
     _check_out(args.out)
     if args.out is None:

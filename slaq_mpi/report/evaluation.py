@@ -35,8 +35,8 @@ minimum over every run's observed losses and every recorded converged loss (the 
 that job reached under any policy compared.
 
 The policy-comparison metrics (utility, finish-time fairness, speedup) are in
-:mod:`slaq_mpi.fairness`; the table of every scalar metric a report shows, and the functions that
-fill it for a run or a comparison, in :mod:`slaq_mpi.summary`.
+:mod:`slaq_mpi.report.fairness`; the table of every scalar metric a report shows, and the functions that
+fill it for a run or a comparison, in :mod:`slaq_mpi.report.summary`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from slaq_mpi.plan import epoch_length
+from slaq_mpi.runtime.plan import epoch_length
 
 __all__ = [
     "JobTrace",

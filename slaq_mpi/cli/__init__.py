@@ -12,6 +12,7 @@ from typing import NoReturn, TextIO
 
 from slaq_mpi._text import count
 from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
+from slaq_mpi.runtime import signals
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
@@ -49,19 +50,19 @@ def printer(stream: TextIO | None) -> Callable[[str], None]:
 
 # Modules that add their own subcommands through ``add_cli(subparsers)``.
 _COMMAND_MODULES = (
-    "slaq_mpi.datatools",
-    "slaq_mpi.sim.cli",
-    "slaq_mpi.report",
-    "slaq_mpi.slurm",
+    "slaq_mpi.data.convert",
+    "slaq_mpi.cli.simulate",
+    "slaq_mpi.cli.report",
+    "slaq_mpi.slurm.submit",
 )
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from slaq_mpi import config
-    from slaq_mpi.launch import check_local_ranks
+    from slaq_mpi.config import experiment as config
     from slaq_mpi.policies import LIVE_POLICY_NAMES
-    from slaq_mpi.rundir import check_fresh, holder_of
-    from slaq_mpi.slurm_settings import settings_for
+    from slaq_mpi.runtime.launch import check_local_ranks
+    from slaq_mpi.slurm.settings import settings_for
+    from slaq_mpi.storage.rundir import check_fresh, holder_of
 
     spec = config.load(args.config)
     check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
@@ -94,7 +95,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from slaq_mpi.launch import run_command
+    from slaq_mpi.runtime.launch import run_command
 
     return run_command(args)
 
@@ -134,7 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``slaq`` console script; returns the exit status."""
+    """Entry point of the ``slaq`` console script; returns the exit status.
+
+    Called as the process's entry point (``argv`` None), it first records stop signals that
+    reach a rank of ``slaq run`` while it starts (:func:`slaq_mpi.runtime.signals.install`).
+    """
+    if argv is None:
+        signals.install()
     if sys.stderr is None:  # started with stderr closed (2>&-): print(file=None) would go to stdout
         fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 2 if nothing took it
         if fd == 2:  # the launcher's children (mpiexec, the ranks) get it as their stderr too

@@ -24,7 +24,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from slaq_mpi.durable import replacing
+from slaq_mpi.storage.durable import replacing
 
 KEEP = 2
 

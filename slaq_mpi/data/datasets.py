@@ -9,7 +9,7 @@ HDF5 layout (the native format):
 
 A rank reads only its own rows (``read_shard``), never the whole file. ``check_file`` scans a
 file in row chunks before any rank starts and names the file and the first bad row.
-Synthetic datasets are made by :mod:`slaq_mpi.generators`.
+Synthetic datasets are made by :mod:`slaq_mpi.data.generators`.
 """
 
 from __future__ import annotations

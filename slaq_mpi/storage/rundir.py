@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.outpaths import check_writable
+from slaq_mpi.storage.outpaths import check_writable
 
 __all__ = [
     "STOP_FILE", "check_free", "check_fresh", "check_own_dir", "clear_stale_stop", "fresh_output",

@@ -1,7 +1,7 @@
 """Synthetic datasets: the generators, their parameters' rules, and the files they write.
 
-Each generator writes rows in chunks through :class:`~slaq_mpi.datasets.RowWriter` (the
-HDF5 format of :mod:`slaq_mpi.datasets`), so no dataset is ever held in memory whole; the same
+Each generator writes rows in chunks through :class:`~slaq_mpi.data.datasets.RowWriter` (the
+HDF5 format of :mod:`slaq_mpi.data.datasets`), so no dataset is ever held in memory whole; the same
 parameters and seed give the same file.
 """
 
@@ -19,10 +19,10 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from slaq_mpi.datasets import CHUNK_ROWS, LABEL_RULES, DatasetSpec, RowWriter
-from slaq_mpi.durable import replacing
+from slaq_mpi.data.datasets import CHUNK_ROWS, LABEL_RULES, DatasetSpec, RowWriter
 from slaq_mpi.errors import ConfigError, DataError
-from slaq_mpi.outpaths import nearest_existing
+from slaq_mpi.storage.durable import replacing
+from slaq_mpi.storage.outpaths import nearest_existing
 
 # --- synthetic generators -------------------------------------------------------------
 

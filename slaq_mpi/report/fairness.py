@@ -1,7 +1,7 @@
 """Metrics that compare policies beyond loss: utility earned, finish-time fairness and speedup.
 
-Pure functions of a run's traces (:class:`~slaq_mpi.evaluation.RunData`), as in
-:mod:`slaq_mpi.evaluation`:
+Pure functions of a run's traces (:class:`~slaq_mpi.report.evaluation.RunData`), as in
+:mod:`slaq_mpi.report.evaluation`:
 
 * utility: a job's ``utility:`` spec evaluated at its completion time (:func:`job_utility`);
 * finish-time fairness ``rho`` (Themis): completion time over the time alone on an equal share
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from slaq_mpi.evaluation import JobTrace, RunData, normalized_loss, observed_end
+from slaq_mpi.report.evaluation import JobTrace, RunData, normalized_loss, observed_end
 
 __all__ = ["P_MEAN_EXPONENT", "job_utility", "power_mean", "rhos", "speedups", "total_utility"]
 

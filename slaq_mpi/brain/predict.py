@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from slaq_mpi._numeric import zero_nonfinite
-from slaq_mpi.fitting import (
+from slaq_mpi.brain._numeric import zero_nonfinite
+from slaq_mpi.brain.fitting import (
     FAMILY_FLAT,
     FAMILY_LINEAR,
     FAMILY_PRIOR,
@@ -425,7 +425,7 @@ class CurveMemo:
 
     A job's fit is a function of its own history, class, ``window`` and ``decay`` alone: every
     row of the batch is computed on its own, without BLAS products, whose rows can change in
-    their last bits with the batch's size (:func:`slaq_mpi.fitting.coarse`). So a job whose
+    their last bits with the batch's size (:func:`slaq_mpi.brain.fitting.coarse`). So a job whose
     history and class are what they were at the previous call gets that call's fit, bit for
     bit, and only the others are fitted, as one batch. The result is the same as fitting every
     history from scratch (on paper.yaml, 12% less decision time).

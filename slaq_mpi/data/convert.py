@@ -17,16 +17,16 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from slaq_mpi.datasets import CHUNK_ROWS, DatasetSpec, RowWriter, inspect
-from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
-from slaq_mpi.generators import (
+from slaq_mpi.data.datasets import CHUNK_ROWS, DatasetSpec, RowWriter, inspect
+from slaq_mpi.data.generators import (
     GENERATORS,
     check_space,
     generate,
     generated_bytes,
     generator_param_problem,
 )
-from slaq_mpi.outpaths import check_writable
+from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
+from slaq_mpi.storage.outpaths import check_writable
 
 __all__ = ["add_cli", "convert_csv", "convert_libsvm", "convert_npy", "make"]
 

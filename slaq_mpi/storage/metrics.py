@@ -15,7 +15,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from slaq_mpi.durable import replacing
+from slaq_mpi.storage.durable import replacing
 
 
 @dataclass

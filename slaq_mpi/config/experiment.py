@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
-from slaq_mpi.datasets import DatasetSpec, check_file
-from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
-from slaq_mpi.generators import (
+from slaq_mpi.config.model_size import ModelSizes, model_memory_problem
+from slaq_mpi.config.values import MAX_RANKS, integer, number
+from slaq_mpi.data.datasets import DatasetSpec, check_file
+from slaq_mpi.data.generators import (
     GENERATOR_REQUIRED,
     GENERATORS,
     SEED_MAX,
@@ -29,8 +30,7 @@ from slaq_mpi.generators import (
     generator_param_problem,
     generator_top_label,
 )
-from slaq_mpi.model_size import ModelSizes, model_memory_problem
-from slaq_mpi.values import MAX_RANKS, integer, number
+from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
 
 EXPERIMENT_SEED_MAX = 2**53  # jobs' default seeds (seed * 1000 + i) must fit SEED_MAX
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -223,7 +223,7 @@ def check_sections(spec: ExperimentSpec, simulation_files: bool = True) -> None:
         ConfigError: naming the ``slurm.*`` or ``simulation.*`` key, the value and what is allowed.
     """
     from slaq_mpi.sim.settings import parse_settings
-    from slaq_mpi.slurm_settings import settings_for
+    from slaq_mpi.slurm.settings import settings_for
 
     if spec.slurm:  # a section given (parse keeps an absent one as empty)
         settings_for(spec)
@@ -272,7 +272,7 @@ def _output_dir(val: Any, check_files: bool) -> Path:
         raise ConfigError("output_dir", val, "must be a non-empty path string (no NUL byte)")
     path = Path(val).expanduser()
     if check_files:
-        from slaq_mpi.rundir import check_own_dir
+        from slaq_mpi.storage.rundir import check_own_dir
 
         check_own_dir(path, "output_dir")
     return path

@@ -2,7 +2,7 @@
 
 Works on real runs and simulations alike (both write metrics.h5). A RUN_DIR is a directory
 holding ``metrics.h5``, or one whose subdirectories do (``slaq simulate --out DIR``). All runs
-given are evaluated with the same L* per job (:func:`slaq_mpi.evaluation.common_l_star`).
+given are evaluated with the same L* per job (:func:`slaq_mpi.report.evaluation.common_l_star`).
 The table needs only numpy; the figures need matplotlib (``pip install slaq-mpi[plot]``).
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 from slaq_mpi._text import seconds
 from slaq_mpi.cli import printer
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.evaluation import RunData, common_l_star, observed, run_span
-from slaq_mpi.outpaths import check_writable
-from slaq_mpi.summary import json_value, summarize_runs
+from slaq_mpi.report.evaluation import RunData, common_l_star, observed, run_span
+from slaq_mpi.report.summary import json_value, summarize_runs
+from slaq_mpi.storage.outpaths import check_writable
 
 __all__ = ["COLUMNS", "add_cli", "cmd_report", "find_runs", "format_comparison", "format_table",
            "load_runs", "plots_dir", "window_line"]
@@ -299,7 +299,7 @@ def check_plots_dir(out: Path, given: str | None = None) -> None:
 def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path,
            say: Callable[[str], None]) -> None:
     try:
-        from slaq_mpi.plots import write_plots
+        from slaq_mpi.report.plots import write_plots
     except ImportError:
         say("plots skipped: matplotlib is not installed (pip install 'slaq-mpi[plot]')")
         return

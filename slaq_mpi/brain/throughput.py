@@ -23,7 +23,7 @@ from itertools import chain
 
 import numpy as np
 
-from slaq_mpi._numeric import zero_nonfinite
+from slaq_mpi.brain._numeric import zero_nonfinite
 
 __all__ = ["SERIAL_FRACTION", "ThroughputModel", "fit_throughput", "fit_throughput_flat",
            "flat_observations", "population_serial_fraction"]

@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from slaq_mpi import config, rundir
 from slaq_mpi._text import count
-from slaq_mpi.config import ExperimentSpec
+from slaq_mpi.config import experiment as config
+from slaq_mpi.config.experiment import ExperimentSpec
+from slaq_mpi.config.memory import format_bytes, memory_here
 from slaq_mpi.errors import (
     DAMAGED_FILE_ERRORS,
     EXIT_ABORTED,
@@ -25,7 +26,7 @@ from slaq_mpi.errors import (
     NO_VALUE,
     ConfigError,
 )
-from slaq_mpi.memory import format_bytes, memory_here
+from slaq_mpi.storage import rundir
 
 _GO_ON = -1  # rank 0's word to the others at the start: no exit status yet, the run goes on
 
@@ -131,7 +132,7 @@ def _kept(run_dir: Path, key: str) -> str | None:
 def check_history(run_dir: Path) -> None:
     """Refuse to resume a run whose metrics.h5 (its history, read back by rank 0) is missing or
     cannot be read, before any rank starts."""
-    from slaq_mpi.metrics import RunRecord
+    from slaq_mpi.storage.metrics import RunRecord
 
     try:
         RunRecord.read(run_dir / "metrics.h5")
@@ -182,7 +183,7 @@ def check_data_unchanged(run_dir: Path, spec: ExperimentSpec, where: str = "--re
     """
     import json
 
-    from slaq_mpi.datasets import fingerprint_matches
+    from slaq_mpi.data.datasets import fingerprint_matches
 
     kept = _kept(run_dir, "data_files")
     if kept is None:
@@ -382,7 +383,7 @@ def run_command(args: argparse.Namespace) -> int:
         rundir.check_free(run_dir)
         return _relaunch(args, spec, exe, run_dir, started)
     started = start_time(started)
-    from slaq_mpi import comm
+    from slaq_mpi.runtime import comm
 
     size, rank = comm.world_size(), comm.world_rank()
     # Every rank reads the config; all go on only if all could (a file that changed during the
@@ -444,10 +445,10 @@ def run_command(args: argparse.Namespace) -> int:
         if size > spec.ranks:
             print(f"slaq: the launch gave {size} ranks (config asks {spec.ranks}); using all {size}",
                   flush=True)
-        from slaq_mpi.coordinator import run_coordinator
+        from slaq_mpi.runtime.coordinator import run_coordinator
 
         return run_coordinator(spec, run_dir, resume)
-    from slaq_mpi.worker import Worker
+    from slaq_mpi.runtime.worker import Worker
 
     worker = Worker(spec, run_dir)
     try:

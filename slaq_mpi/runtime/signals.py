@@ -2,7 +2,7 @@
 
 A Ctrl-C or ``kill`` right after ``slaq run`` reaches the ranks (through mpiexec or srun)
 before their handlers are installed, and Python's default action killed them: mpiexec then
-reported a crash (exit 15). Imported first by the package, this module records such signals
+reported a crash (exit 15). Installed first by the entry points, this module records such signals
 on ranks of ``slaq run`` under an MPI launcher; the coordinator treats them as a stop request.
 Any other process keeps Python's default behaviour.
 """
@@ -30,6 +30,3 @@ def install() -> bool:
     for sig in SIGNALS:
         signal.signal(sig, _record)
     return True
-
-
-install()

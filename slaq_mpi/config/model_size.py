@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slaq_mpi.datasets import DatasetSpec
+from slaq_mpi.config.memory import format_bytes, memory_here
+from slaq_mpi.data.datasets import DatasetSpec
 from slaq_mpi.errors import ConfigError
-from slaq_mpi.memory import format_bytes, memory_here
 
 __all__ = ["ModelSizes", "model_memory_problem"]
 
