@@ -20,24 +20,15 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 
-ReduceOp = Literal["sum", "max", "min"]
+from slaq_mpi.runtime.protocol import GroupComm, ReduceOp
 
-
-class GroupComm(Protocol):
-    """The communicator a solver sees: its job's group of ranks."""
-
-    rank: int
-    size: int
-
-    def allreduce(self, array: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
-        """Element-wise reduction of ``array`` over the group; every rank gets the result."""
-        ...
-
+__all__ = ["AT_LEAST_ONE", "NON_NEGATIVE", "POSITIVE", "Allowed", "GroupComm", "ReduceOp", "SerialComm",
+           "Shard", "Solver"]
 
 class SerialComm:
     """A one-rank group, for running a solver without MPI (tests, benchmarks, recording)."""
