@@ -34,8 +34,9 @@ from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
 from slaq_mpi.runtime import comm
 from slaq_mpi.runtime import signals as _early_signals
+from slaq_mpi.runtime.messages import Plan, Report
 from slaq_mpi.runtime.placement import place
-from slaq_mpi.runtime.plan import Plan, Report, arrival_wait, cut_time, epoch_length
+from slaq_mpi.runtime.timing import arrival_wait, cut_time, epoch_length
 from slaq_mpi.storage import checkpoint
 from slaq_mpi.storage.durable import replacing
 from slaq_mpi.storage.metrics import JobRecord, RunRecord

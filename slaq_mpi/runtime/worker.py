@@ -18,7 +18,7 @@ from slaq_mpi.config.experiment import ExperimentSpec, JobSpec
 from slaq_mpi.data.datasets import read_shard
 from slaq_mpi.errors import EXIT_ABORTED
 from slaq_mpi.runtime import comm
-from slaq_mpi.runtime.plan import Plan, Report
+from slaq_mpi.runtime.messages import Plan, Report
 from slaq_mpi.storage import checkpoint
 
 STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
@@ -168,7 +168,7 @@ class Worker:
         every other job waiting for the next plan), and one small allreduce per chunk (at most
         an eighth of an epoch long) shares that size, any solver error and whether to end the
         epoch now: a stop signal, or rank 0 cutting the epoch short because another job
-        finished (:func:`slaq_mpi.runtime.plan.cut_time`). Stopping rules and NaN checks use the global
+        finished (:func:`slaq_mpi.runtime.timing.cut_time`). Stopping rules and NaN checks use the global
         loss, which every rank sees, so ranks agree without talking.
         """
         assert self.group is not None and self.solver is not None and self.job is not None

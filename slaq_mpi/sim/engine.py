@@ -1,13 +1,13 @@
 """The discrete-event simulator: epochs of ``epoch_seconds`` over ``capacity`` cores.
 
 At the start of every epoch (of ``epoch_seconds``, shortened to end at the next arrival as
-the live coordinator does: :func:`slaq_mpi.runtime.plan.epoch_length`) the jobs that have arrived are
+the live coordinator does: :func:`slaq_mpi.runtime.timing.epoch_length`) the jobs that have arrived are
 admitted, the policy is called on a
 :class:`~slaq_mpi.policies.snapshot.ClusterSnapshot` built exactly as the live coordinator builds it
 (losses reported so far, one observed ``(cores, seconds/iteration)`` pair per epoch run,
 attained core-seconds), and every job then iterates at its scaling model's speed until the
 epoch ends. An epoch in which jobs meet their stop rule is cut short by the live
-coordinator's rule (:func:`slaq_mpi.runtime.plan.cut_time`), so the finished jobs' cores are given
+coordinator's rule (:func:`slaq_mpi.runtime.timing.cut_time`), so the finished jobs' cores are given
 out again at once (live, the other jobs stop at their next check, up to an eighth of an epoch
 later; here at once), and it ends with the last of its jobs if they all finish. With the
 ``fluid`` epoch model (default) progress inside an unfinished iteration carries over to the
@@ -31,7 +31,7 @@ import numpy as np
 from slaq_mpi.errors import ContractError, SlaqError
 from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
 from slaq_mpi.report.evaluation import JobTrace, RunData
-from slaq_mpi.runtime.plan import cut_time, epoch_length
+from slaq_mpi.runtime.timing import cut_time, epoch_length
 from slaq_mpi.sim.settings import EPOCH_MODELS
 from slaq_mpi.sim.workload import SimJob
 
@@ -122,7 +122,7 @@ def _cut(length: float, ends: list[tuple[float, int]], epoch_seconds: float,
          capacity: int) -> float:
     """The length of an epoch of ``length`` seconds cut short for the jobs that finish in it,
     as the live coordinator cuts it: ``ends`` holds ``(seconds into the epoch, cores)`` of
-    those jobs, and the cut (:func:`slaq_mpi.runtime.plan.cut_time`) comes at the first finish from
+    those jobs, and the cut (:func:`slaq_mpi.runtime.timing.cut_time`) comes at the first finish from
     which the cores freed so far make one worth it."""
     freed = 0
     for at, cores in sorted(ends):

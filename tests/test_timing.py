@@ -1,10 +1,10 @@
-"""The epoch length rule shared by the live coordinator and the simulator."""
+"""The epoch timing rules shared by the live coordinator, the simulator and the evaluation."""
 
 from __future__ import annotations
 
 import pytest
 
-from slaq_mpi.runtime.plan import arrival_wait, epoch_length
+from slaq_mpi.runtime.timing import arrival_wait, epoch_length
 
 
 def test_epoch_is_cut_short_for_the_next_arrival() -> None:
@@ -23,7 +23,7 @@ def test_a_decision_waits_for_an_arrival_a_moment_away() -> None:
 
 
 def test_an_epoch_is_cut_when_a_job_finishes_with_enough_of_it_left() -> None:
-    from slaq_mpi.runtime.plan import cut_time
+    from slaq_mpi.runtime.timing import cut_time
 
     # an epoch of 2 s from t=10 on 64 cores: the floor is a quarter of epoch_seconds (0.5 s),
     # and the freed cores must idle at least 64 * 2 / 32 = 4 core-seconds otherwise
@@ -34,3 +34,14 @@ def test_an_epoch_is_cut_when_a_job_finishes_with_enough_of_it_left() -> None:
     assert cut_time(10.0, 0.8, 10.2, 2.0, 64, 64) is None  # an epoch already short for an arrival
     assert cut_time(10.0, 2.0, 11.0, 2.0, 3, 64) is None  # 3 cores for 1 s: not worth a pause
     assert cut_time(10.0, 2.0, 11.0, 2.0, 4, 64) == pytest.approx(11.0)  # 4 cores: it is
+
+
+def test_the_simulator_and_the_evaluation_load_the_timing_rules_without_mpi() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, slaq_mpi.runtime.timing, slaq_mpi.sim.engine, slaq_mpi.report.evaluation; "
+            "print(sorted(m for m in sys.modules if m.startswith('mpi4py')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

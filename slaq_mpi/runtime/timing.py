@@ -1,12 +1,11 @@
-"""The message rank 0 sends every worker at the start of each epoch."""
+"""When epochs end: the timing rules the live coordinator, the simulator and the evaluation
+share. Pure functions of times in seconds; no MPI."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 MIN_EPOCH_SHARE = 0.25  # an epoch shortened for an arrival or a completion lasts at least this share of one
-# A re-decision pauses every core for about this share of an epoch (benchmarks/realloc.py
-# measures about 50 ms on 2 s epochs): cutting an epoch must save more idle core-seconds.
+# A re-decision pauses every core for a small share of an epoch (benchmarks/realloc.py measures
+# it): cutting an epoch must save more idle core-seconds than this share of the epoch's.
 CUT_COST_SHARE = 1 / 32
 
 
@@ -15,8 +14,7 @@ def epoch_length(now: float, next_arrival: float | None, epoch_seconds: float) -
 
     The configured ``epoch_seconds``, shortened to end when the next job arrives (arrival
     times are known from the experiment), but never below ``MIN_EPOCH_SHARE`` of it: a new job
-    then waits for its first decision at most a quarter epoch, not up to a whole one. The
-    live coordinator and the simulator both use this.
+    then waits for its first decision at most a quarter epoch, not up to a whole one.
     """
     if next_arrival is None:
         return epoch_seconds
@@ -51,7 +49,6 @@ def cut_time(start: float, length: float, finished: float, epoch_seconds: float,
     ``epoch_seconds`` (a decision needs some new losses), and only if at least that much of it
     is left and the freed cores would idle for at least ``CUT_COST_SHARE`` of the epoch's
     core-seconds: a cut costs a decision and a checkpoint of every job, a pause of every core.
-    The live coordinator and the simulator both use this.
     """
     floor = MIN_EPOCH_SHARE * epoch_seconds
     at = max(finished, start + floor)
@@ -59,54 +56,3 @@ def cut_time(start: float, length: float, finished: float, epoch_seconds: float,
     if left < floor or freed * left < CUT_COST_SHARE * capacity * epoch_seconds:
         return None
     return at
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One epoch's assignment of worker ranks to jobs.
-
-    Attributes:
-        epoch: epoch number (0-based, continues across resumes).
-        epoch_seconds: how long each job iterates before reporting (:func:`epoch_length`).
-        ranks: the world ranks of every job that runs this epoch.
-        moved: jobs whose rank set changed: their ranks re-split the world and restore the
-            job from its checkpoint; every other job carries on in memory.
-        iterations: iterations each moved job has done (names the checkpoint to restore).
-        data: HDF5 dataset path of every moved job.
-        stop: the run is over (or stopping for a later resume): workers exit.
-    """
-
-    epoch: int
-    epoch_seconds: float
-    ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    moved: frozenset[str] = frozenset()
-    iterations: dict[str, int] = field(default_factory=dict)
-    data: dict[str, str] = field(default_factory=dict)
-    stop: bool = False
-
-    def job_of(self, rank: int) -> str | None:
-        """The job ``rank`` works on this epoch, or None if it idles."""
-        for job, ranks in self.ranks.items():
-            if rank in ranks:
-                return job
-        return None
-
-
-@dataclass
-class Report:
-    """What a job's leader tells rank 0 at the end of an epoch.
-
-    ``end_times`` are wall-clock (``time.time()``) ends of each iteration; ``status`` is
-    ``running``, ``done`` or ``failed`` (then ``reason`` says why).
-    """
-
-    job: str
-    epoch: int
-    cores: int
-    losses: list[float]
-    iter_seconds: list[float]
-    end_times: list[float]
-    first_start: float
-    deadline: float
-    status: str = "running"
-    reason: str = ""
