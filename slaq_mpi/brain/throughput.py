@@ -126,25 +126,95 @@ def fit_throughput_flat(
             Every observation is still accumulated once.
     """
     serial = float(np.clip(serial_fraction, 1e-6, 1.0)) if np.isfinite(serial_fraction) else SERIAL_FRACTION
-    prior_gram = _PRIOR_GRAM if serial == SERIAL_FRACTION else _prior_gram(serial)
-    prior_theta = np.array([1.0 - serial, serial, 0.0])
+    job, a, t = _sane(job, cores, seconds)
+    count = np.bincount(job, minlength=jobs).astype(np.float64)
+    distinct = _distinct_core_counts(job, a, jobs)
+    rich = distinct >= DATA_DISTINCT
+    # the prior settles what 0-2 distinct core counts leave open; with 3+ the data decide
+    scale = np.maximum(count, 1.0) * np.where(rich, 1e-3, 1.0)
+    eq = _equations(job, a, t, count, _prior_t1(prior_seconds, jobs), serial, scale)
+    theta = _coefficients(eq, _Prior.of(serial), rich, distinct, job, a, learn_serial)
+    theta = np.maximum(theta, 0.0)
+    theta[:, 1] = np.maximum(theta[:, 1], 1e-6)  # t(a) > 0 for every a
+    t1 = eq.t1
+    return ThroughputModel(
+        alpha=theta[:, 0] * t1, beta=theta[:, 1] * t1, gamma=theta[:, 2] * t1, observed=count,
+        distinct=distinct,
+    )
+
+
+@dataclass(frozen=True)
+class _Prior:
+    """The near-linear prior ``t(a) = t1 ((1 - s) / a + s)`` with serial share ``s``."""
+
+    serial: float
+    gram: np.ndarray
+    theta: np.ndarray
+
+    @staticmethod
+    def of(serial: float) -> _Prior:
+        gram = _PRIOR_GRAM if serial == SERIAL_FRACTION else _prior_gram(serial)
+        return _Prior(serial, gram, np.array([1.0 - serial, serial, 0.0]))
+
+
+@dataclass
+class _Equations:
+    """Every job's relative-error weighted normal equations, in units of its one-core time
+    ``t1``, with the weight ``scale`` of the prior's pseudo-observations."""
+
+    t1: np.ndarray
+    gram: np.ndarray
+    rhs: np.ndarray
+    scale: np.ndarray
+    count: np.ndarray
+    phi_ref: np.ndarray  # the features at each job's typical (geometric mean) core count
+
+    def solve(self, rows: np.ndarray, prior: _Prior) -> np.ndarray:
+        """The coefficients of the jobs ``rows`` (units of ``t1``), kept non-negative."""
+        return _solve_group(self.gram[rows], self.rhs[rows], self.scale[rows], self.count[rows],
+                            prior.gram, prior.theta, self.phi_ref[rows])
+
+    def rescale(self, rows: np.ndarray | slice, ratio: np.ndarray) -> None:
+        """Re-express the jobs ``rows`` in units of ``t1 * ratio``."""
+        self.t1[rows] = self.t1[rows] * ratio
+        self.gram[rows] = self.gram[rows] * (ratio**2)[:, None, None]
+        self.rhs[rows] = self.rhs[rows] * ratio[:, None]
+
+
+def _sane(job: np.ndarray, cores: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The observations ``(job, cores, seconds)`` with sane values only."""
     job = np.asarray(job, dtype=np.int64)
     a = np.asarray(cores, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
-    keep = np.isfinite(a) & (a >= 1) & (a < 2**40) & (t > 1e-12) & (t < 1e9)  # sane values only
-    job, a, t = job[keep], a[keep], t[keep]
-    count = np.bincount(job, minlength=jobs).astype(np.float64)
+    keep = np.isfinite(a) & (a >= 1) & (a < 2**40) & (t > 1e-12) & (t < 1e9)
+    return job[keep], a[keep], t[keep]
+
+
+def _prior_t1(prior_seconds: float | np.ndarray, jobs: int) -> np.ndarray:
+    """Per job, the one-core seconds assumed without observations (1 where not sane)."""
     prior_t1 = np.broadcast_to(np.asarray(prior_seconds, dtype=np.float64), (jobs,))
-    prior_t1 = np.where((prior_t1 > 1e-12) & (prior_t1 < 1e9), prior_t1, 1.0)
+    return np.where((prior_t1 > 1e-12) & (prior_t1 < 1e9), prior_t1, 1.0)
+
+
+def _distinct_core_counts(job: np.ndarray, a: np.ndarray, jobs: int) -> np.ndarray:
+    """Per job, how many distinct core counts its observations cover."""
+    key = np.sort(job * 2**32 + a.astype(np.int64))
+    first = np.ones(key.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    return np.bincount(key[first] // 2**32, minlength=jobs)
+
+
+def _equations(job: np.ndarray, a: np.ndarray, t: np.ndarray, count: np.ndarray, prior_t1: np.ndarray,
+               serial: float, scale: np.ndarray) -> _Equations:
+    """Accumulate every observation once into its job's normal equations."""
+    jobs = count.shape[0]
     # per-job single-core scale from the near-linear prior through each observation
     shape = (1.0 - serial) / a + serial
     log_t1 = np.bincount(job, weights=np.log(t / shape), minlength=jobs)
     with np.errstate(divide="ignore", invalid="ignore"):
         t1 = np.where(count > 0, np.exp(log_t1 / np.maximum(count, 1.0)), prior_t1)
-    # relative-error weighted normal equations, in units of t1
     phi = _features(a)
     log_a = np.bincount(job, weights=np.log2(a), minlength=jobs) / np.maximum(count, 1.0)
-    phi_ref = _features(2.0**log_a)  # at each job's typical (geometric mean) core count
     ts = np.clip(t / t1[job], 1e-9, 1e9)
     wts = 1.0 / np.maximum(ts, 1e-12) ** 2
     gram = np.zeros((jobs, 3, 3))
@@ -154,58 +224,53 @@ def fit_throughput_flat(
         for k in range(i, 3):
             gram[:, i, k] = gram[:, k, i] = np.bincount(job, weights=wts * phi[:, i] * phi[:, k],
                                                         minlength=jobs)
-    # the prior settles what 0-2 distinct core counts leave open; with 3+ the data decide
-    key = np.sort(job * 2**32 + a.astype(np.int64))
-    first = np.ones(key.size, dtype=bool)
-    first[1:] = key[1:] != key[:-1]
-    distinct = np.bincount(key[first] // 2**32, minlength=jobs)
-    rich = distinct >= DATA_DISTINCT
-    scale = np.maximum(count, 1.0) * np.where(rich, 1e-3, 1.0)
+    return _Equations(t1, gram, rhs, scale, count, _features(2.0**log_a))
+
+
+def _coefficients(eq: _Equations, prior: _Prior, rich: np.ndarray, distinct: np.ndarray,
+                  job: np.ndarray, a: np.ndarray, learn_serial: bool) -> np.ndarray:
+    """Every job's ``(alpha, beta, gamma)`` in units of its ``t1``.
+
+    With ``learn_serial`` the ``rich`` jobs (their data decide) are solved first, and the
+    others under a prior with the serial share typical of them.
+    """
+    jobs = rich.shape[0]
     theta = np.zeros((jobs, 3))
-    done = rich if learn_serial else np.ones(jobs, dtype=bool)
-    for step, group in enumerate((np.flatnonzero(done), np.flatnonzero(~done))):
-        if group.size:
-            theta[group] = _solve_group(gram[group], rhs[group], scale[group], count[group],
-                                        prior_gram, prior_theta, phi_ref[group])
-        if step == 0 and group.size:
-            # a rich job's own one-core time may be far from the prior's t1 (the prior's serial
-            # share guessed it): once more in units of the fitted t1, so the prior is centred
-            # on what the data say
-            fit_t1 = theta[group, 0] + theta[group, 1]
-            off = group[rich[group] & ((fit_t1 > 1.5) | (fit_t1 < 1.0 / 1.5))]
-            if off.size:
-                ratio = np.maximum(theta[off, 0] + theta[off, 1], 1e-9)
-                t1[off] = t1[off] * ratio
-                gram[off] = gram[off] * (ratio**2)[:, None, None]
-                rhs[off] = rhs[off] * ratio[:, None]
-                theta[off] = _solve_group(gram[off], rhs[off], scale[off], count[off],
-                                          prior_gram, prior_theta, phi_ref[off])
-        if step == 1 or not learn_serial or group.size == jobs:
-            break
-        # the others' prior: the serial share of the jobs whose data decide (fitted above)
-        learned = ThroughputModel(theta[group, 0] * t1[group], np.maximum(theta[group, 1], 1e-6) * t1[group],
-                                  theta[group, 2] * t1[group], count[group], distinct[group])
-        new = population_serial_fraction(learned, default=serial)
-        if new != serial:
-            # re-express the other jobs' data in units of their t1 under the learned prior
-            old_shape = (1.0 - serial) / a + serial
-            new_shape = (1.0 - new) / a + new
-            log_ratio = np.bincount(job, weights=np.log(old_shape / new_shape), minlength=jobs)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(count > 0, np.exp(log_ratio / np.maximum(count, 1.0)), 1.0)
-            ratio = np.where(rich, 1.0, ratio)  # new t1 / old t1
-            t1 = t1 * ratio
-            gram = gram * (ratio**2)[:, None, None]
-            rhs = rhs * ratio[:, None]
-            serial = new
-            prior_gram = _prior_gram(serial)
-            prior_theta = np.array([1.0 - serial, serial, 0.0])
-    theta = np.maximum(theta, 0.0)
-    theta[:, 1] = np.maximum(theta[:, 1], 1e-6)  # t(a) > 0 for every a
-    return ThroughputModel(
-        alpha=theta[:, 0] * t1, beta=theta[:, 1] * t1, gamma=theta[:, 2] * t1, observed=count,
-        distinct=distinct,
-    )
+    first = np.flatnonzero(rich) if learn_serial else np.arange(jobs)
+    if first.size:
+        theta[first] = eq.solve(first, prior)
+        _recentre(eq, theta, first[rich[first]], prior)
+    if not learn_serial or first.size == jobs:
+        return theta
+    t1 = eq.t1[first]
+    learned = ThroughputModel(theta[first, 0] * t1, np.maximum(theta[first, 1], 1e-6) * t1,
+                              theta[first, 2] * t1, eq.count[first], distinct[first])
+    new = population_serial_fraction(learned, default=prior.serial)
+    if new != prior.serial:
+        # re-express the other jobs' data in units of their t1 under the learned prior
+        old_shape = (1.0 - prior.serial) / a + prior.serial
+        new_shape = (1.0 - new) / a + new
+        log_ratio = np.bincount(job, weights=np.log(old_shape / new_shape), minlength=jobs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(eq.count > 0, np.exp(log_ratio / np.maximum(eq.count, 1.0)), 1.0)
+        eq.rescale(slice(None), np.where(rich, 1.0, ratio))
+        prior = _Prior.of(new)
+    rest = np.flatnonzero(~rich)
+    if rest.size:
+        theta[rest] = eq.solve(rest, prior)
+    return theta
+
+
+def _recentre(eq: _Equations, theta: np.ndarray, rows: np.ndarray, prior: _Prior) -> None:
+    """Solve once more, in units of the fitted ``t1``, the jobs of ``rows`` whose fitted
+    one-core time is far from the ``t1`` the prior's serial share guessed: so the prior is
+    centred on what the data say."""
+    fit_t1 = theta[rows, 0] + theta[rows, 1]
+    off = rows[(fit_t1 > 1.5) | (fit_t1 < 1.0 / 1.5)]
+    if off.size:
+        ratio = np.maximum(theta[off, 0] + theta[off, 1], 1e-9)
+        eq.rescale(off, ratio)
+        theta[off] = eq.solve(off, prior)
 
 
 def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np.ndarray,
