@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from slaq_mpi.brain.forecast import build_forecast
+from slaq_mpi.brain.memo import CurveMemo
+from slaq_mpi.brain.outlook import Outlook, build_outlook
 from slaq_mpi.policies import get_policy
-from slaq_mpi.policies._outlook import build_outlook
 from slaq_mpi.policies.finish_time_fair import FinishTimeFairPolicy, predicted_rho
-from slaq_mpi.policies.slaq import SlaqPolicy
 from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 
@@ -34,8 +35,12 @@ def snap(capacity: int, *jobs: JobSnapshot, now: float = 40.0) -> ClusterSnapsho
     return ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=2.0, jobs=jobs)
 
 
+def outlook(s: ClusterSnapshot) -> Outlook:
+    return build_outlook(s, build_forecast(s, CurveMemo()))
+
+
 def worst_rho(s: ClusterSnapshot, alloc: dict[str, int]) -> float:
-    out = build_outlook(s, SlaqPolicy())
+    out = outlook(s)
     return float(predicted_rho(out, np.array([float(alloc[i]) for i in out.ids])).max())
 
 
@@ -75,7 +80,7 @@ def test_more_jobs_than_cores_serves_the_furthest_behind() -> None:
 def test_predicted_rho_is_one_on_the_equal_share_from_arrival() -> None:
     # a job that has just arrived and will keep its equal share finishes as if alone on it
     s = snap(8, job("a", arrival=40.0, done=0, budget=100), job("b", arrival=40.0, done=0, budget=100))
-    out = build_outlook(s, SlaqPolicy())
+    out = outlook(s)
     assert predicted_rho(out, np.array([4.0, 4.0])) == pytest.approx([1.0, 1.0])
     assert math.isinf(predicted_rho(out, np.array([0.0, 8.0]))[0])
 

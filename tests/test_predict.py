@@ -247,7 +247,8 @@ def test_curve_memo_gives_the_batch_fit_bit_for_bit_refitting_only_changed_histo
     brain stays a function of its snapshot while most jobs keep their fits between epochs.
     (A small decay makes the grid search's residuals tiny and ties close: a row's sums that
     changed in their last bits with the batch, as BLAS products do, picked other fits.)"""
-    from slaq_mpi.brain.predict import CurveMemo, class_codes, fit_windows
+    from slaq_mpi.brain.memo import CurveMemo
+    from slaq_mpi.brain.predict import class_codes, fit_windows
 
     rng = np.random.default_rng(seed)
     k = np.arange(300, dtype=np.float64)
@@ -262,13 +263,13 @@ def test_curve_memo_gives_the_batch_fit_bit_for_bit_refitting_only_changed_histo
     refits: list[int] = []
     asked: list[int] = []
     fitted = fit_windows
-    import slaq_mpi.brain.predict as predict
+    import slaq_mpi.brain.memo as memo_module
 
     def counting(values, *args, **kw):  # type: ignore[no-untyped-def]
         refits.append(values.shape[0])
         return fitted(values, *args, **kw)
 
-    predict.fit_windows = counting
+    memo_module.fit_windows = counting
     try:
         for _ in range(25):
             moved = rng.random(len(curves)) < 0.3
@@ -284,7 +285,7 @@ def test_curve_memo_gives_the_batch_fit_bit_for_bit_refitting_only_changed_histo
                 np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
             assert got.family.dtype == want.family.dtype
     finally:
-        predict.fit_windows = fitted
+        memo_module.fit_windows = fitted
     # the first call fits everything; later ones only what changed or came back
     assert refits[0] == asked[0]
     assert sum(refits[1:]) < 0.6 * sum(asked[1:])

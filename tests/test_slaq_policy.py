@@ -1,4 +1,5 @@
-"""The SLAQ greedy and policy (slaq_mpi.policies.slaq); no MPI."""
+"""The SLAQ greedy (slaq_mpi.brain.allocate), forecast (slaq_mpi.brain.forecast) and policy
+(slaq_mpi.policies.slaq); no MPI."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slaq_mpi.policies import get_policy
-from slaq_mpi.policies.slaq import SlaqPolicy, allocate_by_gain, greedy_allocate, water_fill
+from slaq_mpi.brain.allocate import allocate_by_gain, greedy_allocate, water_fill
+from slaq_mpi.policies.slaq import SlaqPolicy
 from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 
@@ -207,8 +209,8 @@ def test_the_brain_imports_no_mpi_and_no_config_loader() -> None:
     """DESIGN.md: the scheduling brain imports no MPI, so the simulator and tests reuse it;
     it depends on neither the run's MPI layer nor the YAML/HDF5 config loader (transitively)."""
     root = Path(__file__).resolve().parents[1]
-    todo = ["slaq_mpi.brain.predict", "slaq_mpi.brain.throughput", "slaq_mpi.policies.snapshot",
-            "slaq_mpi.policies"]
+    todo = ["slaq_mpi.brain", "slaq_mpi.policies"]
+    todo += [f"slaq_mpi.brain.{p.stem}" for p in (root / "slaq_mpi/brain").glob("*.py")]
     todo += [f"slaq_mpi.policies.{p.stem}" for p in (root / "slaq_mpi/policies").glob("*.py")]
     seen: set[str] = set()
     outside: set[str] = set()
@@ -227,6 +229,21 @@ def test_the_brain_imports_no_mpi_and_no_config_loader() -> None:
     runtime_or_loader = {"slaq_mpi.runtime.comm", "slaq_mpi.config.experiment", "slaq_mpi.runtime.launch"}
     assert runtime_or_loader.isdisjoint(seen), sorted(seen)
     assert {"mpi4py", "yaml", "h5py"}.isdisjoint(outside), sorted(outside)
+
+
+def test_the_brain_is_a_library_and_no_policy_imports_another() -> None:
+    """The brain imports nothing of slaq_mpi outside itself; a policy module imports the brain,
+    the snapshot contract and the policies' shared helpers (``_share``, ``_params``), never
+    another policy."""
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted((root / "slaq_mpi/brain").glob("*.py")):
+        ours, _ = _slaq_imports(path)
+        assert all(m.startswith("slaq_mpi.brain.") for m in ours), (path.name, sorted(ours))
+    shared = {"slaq_mpi.policies._share", "slaq_mpi.policies._params", "slaq_mpi.policies.snapshot"}
+    for path in sorted((root / "slaq_mpi/policies").glob("*.py")):
+        ours, _ = _slaq_imports(path)
+        others = {m for m in ours if m.startswith("slaq_mpi.policies.")} - shared
+        assert not others, (path.name, sorted(others))
 
 
 def _history_snapshot(hist: list[tuple[float, ...]]) -> ClusterSnapshot:

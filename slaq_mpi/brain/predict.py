@@ -17,8 +17,9 @@ residual allowed by its declared convergence class (both families for ``"unknown
 few batched Levenberg-Marquardt steps refine all four parameters of every job together.
 
 Every fit starts from scratch: the forecast is a function of the histories alone, whatever
-was fitted before (a resumed run decides as an uninterrupted one would). :class:`CurveMemo`
-skips refitting the histories that did not change since its previous call (same results).
+was fitted before (a resumed run decides as an uninterrupted one would).
+:class:`~slaq_mpi.brain.memo.CurveMemo` skips refitting the histories that did not change since
+its previous call (same results).
 
 Losses are *normalized* as in the paper: a job's loss reduction is divided by the largest
 one-iteration reduction seen so far for that job (:func:`normalize_drops`); or, with
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ from slaq_mpi.brain.fitting import (
     refine,
     shape,
 )
+from slaq_mpi.brain.windows import DEFAULT_WINDOW, history_windows, max_drops, tail_windows
 
 __all__ = [
     "FAMILY_FLAT",
@@ -55,7 +57,8 @@ __all__ = [
     "FAMILY_PRIOR",
     "FAMILY_SUBLINEAR",
     "CurveFit",
-    "CurveMemo",
+    "DEFAULT_DECAY",
+    "DEFAULT_WINDOW",
     "fit_curves",
     "fit_windows",
     "class_codes",
@@ -67,7 +70,6 @@ __all__ = [
 ]
 
 
-DEFAULT_WINDOW = 16
 DEFAULT_DECAY = 6.0
 SKIP_INITIAL_AFTER = 6  # the initial model's loss is left out of fits of longer histories
 MIN_FIT_POINTS = 3  # fewer losses: the prior
@@ -115,7 +117,7 @@ def _prior_pace(last_drop: np.ndarray, span: np.ndarray, done: np.ndarray) -> np
     A last reduction that is unknown (a non-finite loss: ``last_drop`` 0) counts as none.
 
     A job whose loss fell 99% in its first iteration and 1% of that in its second has
-    converged; the prior alone still promised it a third of its span.
+    converged; the prior alone would promise it a third of its span.
     """
     c = SPAN_PRIOR_C
     step = done / (c + done) - np.maximum(done - 1, 0) / (c + np.maximum(done - 1, 0))
@@ -234,60 +236,6 @@ class CurveFit:
         return zero_nonfinite(np.maximum(out, 0.0))
 
 
-# --- building windows from histories ------------------------------------------------------
-
-
-def _flat(histories: Sequence[Sequence[float] | np.ndarray], count: int) -> np.ndarray:
-    return np.fromiter(chain.from_iterable(histories), dtype=np.float64, count=count)
-
-
-def tail_windows(
-    histories: Sequence[Sequence[float] | np.ndarray], window: int = DEFAULT_WINDOW
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Right-aligned windows of the last ``window`` losses of every history.
-
-    Returns ``(values, mask, n)``: ``values`` and ``mask`` of shape ``(jobs, window)`` (the
-    last loss in the last column; missing or non-finite entries masked) and history lengths.
-    """
-    jobs = len(histories)
-    n = np.fromiter(map(len, histories), dtype=np.int64, count=jobs)
-    take = np.minimum(n, window)
-    flat = _flat([h[-window:] for h in histories], int(take.sum()))
-    mask = np.arange(window)[None, :] >= (window - take)[:, None]
-    values = np.zeros((jobs, window))
-    values[mask] = flat
-    mask &= np.isfinite(values)
-    values[~mask] = 0.0
-    return values, mask, n
-
-
-def max_drops(histories: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
-    """The largest one-iteration loss reduction of every history (0 if none)."""
-    jobs = len(histories)
-    seg = np.fromiter((len(h) for h in histories), dtype=np.int64, count=jobs)
-    flat = _flat(histories, int(seg.sum()))
-    drops = np.zeros(flat.shape[0])
-    if flat.shape[0] > 1:
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, 1e308 - -1e308: zeroed below
-            drops[1:] = flat[:-1] - flat[1:]
-    starts = np.cumsum(seg) - seg
-    has = seg > 0
-    drops[starts[has]] = 0.0
-    drops = np.where(np.isfinite(drops), np.maximum(drops, 0.0), 0.0)
-    out = np.zeros(jobs)
-    if has.any():
-        out[has] = np.maximum.reduceat(drops, starts[has])
-    return out
-
-
-def history_windows(
-    histories: Sequence[Sequence[float] | np.ndarray], window: int = DEFAULT_WINDOW
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``tail_windows`` plus ``max_drops``: ``(values, mask, n, max_drop)``."""
-    values, mask, n = tail_windows(histories, window)
-    return values, mask, n, max_drops(histories)
-
-
 def fit_windows(
     values: np.ndarray,
     mask: np.ndarray,
@@ -306,63 +254,20 @@ def fit_windows(
         decay: e-folding length, in iterations, of the exponentially decaying weights.
         steps: Levenberg-Marquardt refinement steps after the grid search.
     """
-    jobs, window = values.shape
+    window = values.shape[1]
     n = np.asarray(n)
     max_drop = np.asarray(max_drop, dtype=np.float64)
-    classes = np.asarray(classes)
-    # the loss of the initial model (iteration 0) is often atypical (e.g. hinge loss 1 at w = 0)
-    first = window - n
-    drop = np.flatnonzero((n > SKIP_INITIAL_AFTER) & (first >= 0))
-    if drop.size:
-        mask = mask.copy()
-        mask[drop, first[drop]] = False
+    mask = _skip_initial_loss(mask, n)
     valid_n = mask.sum(axis=1)
-    last = np.where(mask[:, -1], values[:, -1], 0.0) if window else np.zeros(jobs)
-    if window >= 2:
-        with np.errstate(invalid="ignore", over="ignore"):
-            last_drop = np.where(mask[:, -2] & mask[:, -1], values[:, -2] - values[:, -1], 0.0)
-        last_drop = np.maximum(zero_nonfinite(last_drop), 0.0)
-    else:
-        last_drop = np.zeros(jobs)
-    big = np.where(mask, values, -np.inf).max(axis=1, initial=-np.inf)
-    small = np.where(mask, values, np.inf).min(axis=1, initial=np.inf)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, 1e308 - -1e308
-        span = np.where(np.isfinite(big - small), big - small, 0.0)
-    scale = np.where(span > 0, span, 1.0)
-    fit_ok = (valid_n >= MIN_FIT_POINTS) & (span > 1e-12 * np.abs(last)) & (max_drop > 0)
+    last, last_drop = _last_losses(values, mask)
+    scale, fit_ok = _loss_scale(values, mask, last)
+    fit_ok &= (valid_n >= MIN_FIT_POINTS) & (max_drop > 0)
     age = np.arange(window - 1, -1, -1, dtype=np.float64)
     w = np.where(mask, np.exp(-age / max(decay, 1e-6))[None, :], 0.0)
     y = np.where(mask, (values - last[:, None]) / scale[:, None], 0.0)
     s_w = np.maximum(w.sum(axis=1), 1e-300)
-
-    unknown = classes == 0
-    fam = np.where(unknown, FAMILY_SUBLINEAR, classes).astype(np.int8)
-    amp, off, p1, p2 = np.zeros(jobs), np.zeros(jobs), np.zeros(jobs), np.zeros(jobs)
-    sse = np.full(jobs, np.inf)
-    # one pass per kind; an unknown class is fitted as both and linear must fit clearly better
-    for kind, members in ((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
-                          (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown)):
-        idx = np.flatnonzero(members & fit_ok)
-        if not idx.size:
-            continue
-        sub = kind == FAMILY_SUBLINEAR
-        f_p1, f_p2, f_amp, f_off, f_sse = coarse(y[idx], w[idx], valid_n[idx], kind)
-        fin = np.isfinite(f_sse)
-        # young jobs (short histories: the largest predicted gains, and few) get more steps
-        young = fin & (valid_n[idx] < window)
-        for extra, rows in ((steps, fin), (YOUNG_EXTRA_STEPS * (steps > 0), young)):
-            if extra > 0 and rows.any():
-                ss = idx[rows]
-                f_p1[rows], f_p2[rows], f_amp[rows], f_off[rows], f_sse[rows] = refine(
-                    f_p1[rows], f_p2[rows], sub, y[ss], w[ss], mask[ss], valid_n[ss] >= MIN_FULL_POINTS,
-                    extra,
-                )
-        take = np.ones(idx.size, bool) if sub else ~unknown[idx] | (f_sse < UNKNOWN_LINEAR_MARGIN * sse[idx])
-        t = idx[take]
-        amp[t], off[t], p1[t], p2[t], sse[t] = f_amp[take], f_off[take], f_p1[take], f_p2[take], f_sse[take]
-        fam[t] = kind
-    found = fit_ok & np.isfinite(sse)
-    found &= amp > 0
+    fam, amp, off, p1, p2, sse = _fit_families(y, w, mask, valid_n, fit_ok, np.asarray(classes), steps)
+    found = fit_ok & np.isfinite(sse) & (amp > 0)
     family = np.where(found, fam, FAMILY_FLAT)
     family = np.where(valid_n < MIN_FIT_POINTS, FAMILY_PRIOR, family)
     family = np.where((family == FAMILY_PRIOR) & (n >= MIN_FIT_POINTS) & (max_drop <= 0), FAMILY_FLAT,
@@ -383,6 +288,85 @@ def fit_windows(
         rms=zero_nonfinite(np.where(found, rms, 0.0)),
         last_drop=last_drop,
     )
+
+
+def _skip_initial_loss(mask: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``mask`` without the initial model's loss (iteration 0) in histories longer than
+    ``SKIP_INITIAL_AFTER``: it is often atypical (e.g. hinge loss 1 at ``w = 0``)."""
+    first = mask.shape[1] - n
+    drop = np.flatnonzero((n > SKIP_INITIAL_AFTER) & (first >= 0))
+    if drop.size:
+        mask = mask.copy()
+        mask[drop, first[drop]] = False
+    return mask
+
+
+def _last_losses(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, the last loss (0 if missing) and the last iteration's reduction (0 if it
+    was not a reduction or a loss is missing)."""
+    jobs, window = values.shape
+    last = np.where(mask[:, -1], values[:, -1], 0.0) if window else np.zeros(jobs)
+    if window < 2:
+        return last, np.zeros(jobs)
+    with np.errstate(invalid="ignore", over="ignore"):
+        last_drop = np.where(mask[:, -2] & mask[:, -1], values[:, -2] - values[:, -1], 0.0)
+    return last, np.maximum(zero_nonfinite(last_drop), 0.0)
+
+
+def _loss_scale(values: np.ndarray, mask: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, the range of its losses (1 if none: the unit the fit works in) and whether
+    that range is wide enough to fit next to the last loss."""
+    big = np.where(mask, values, -np.inf).max(axis=1, initial=-np.inf)
+    small = np.where(mask, values, np.inf).min(axis=1, initial=np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, 1e308 - -1e308
+        span = np.where(np.isfinite(big - small), big - small, 0.0)
+    return np.where(span > 0, span, 1.0), span > 1e-12 * np.abs(last)
+
+
+def _fit_families(
+    y: np.ndarray, w: np.ndarray, mask: np.ndarray, valid_n: np.ndarray, fit_ok: np.ndarray,
+    classes: np.ndarray, steps: int,
+) -> tuple[np.ndarray, ...]:
+    """Fit the jobs ``fit_ok`` by their class's family; an unknown class is fitted as both
+    and linear must fit clearly better. Returns ``(family, amp, offset, p1, p2, sse)``."""
+    jobs = y.shape[0]
+    unknown = classes == 0
+    fam = np.where(unknown, FAMILY_SUBLINEAR, classes).astype(np.int8)
+    amp, off, p1, p2 = np.zeros(jobs), np.zeros(jobs), np.zeros(jobs), np.zeros(jobs)
+    sse = np.full(jobs, np.inf)
+    for kind, members in ((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
+                          (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown)):
+        idx = np.flatnonzero(members & fit_ok)
+        if not idx.size:
+            continue
+        f_p1, f_p2, f_amp, f_off, f_sse = _fit_family(kind, y[idx], w[idx], mask[idx], valid_n[idx], steps)
+        if kind == FAMILY_SUBLINEAR:
+            take = np.ones(idx.size, bool)
+        else:
+            take = ~unknown[idx] | (f_sse < UNKNOWN_LINEAR_MARGIN * sse[idx])
+        t = idx[take]
+        amp[t], off[t], p1[t], p2[t], sse[t] = f_amp[take], f_off[take], f_p1[take], f_p2[take], f_sse[take]
+        fam[t] = kind
+    return fam, amp, off, p1, p2, sse
+
+
+def _fit_family(
+    kind: int, y: np.ndarray, w: np.ndarray, mask: np.ndarray, valid_n: np.ndarray, steps: int,
+) -> tuple[np.ndarray, ...]:
+    """One family's grid search then refinement for the given windows:
+    ``(p1, p2, amp, offset, sse)``. Young jobs (windows not yet full: the largest predicted
+    gains, and few) get more refinement steps."""
+    sub = kind == FAMILY_SUBLINEAR
+    f_p1, f_p2, f_amp, f_off, f_sse = coarse(y, w, valid_n, kind)
+    fin = np.isfinite(f_sse)
+    young = fin & (valid_n < y.shape[1])
+    for extra, rows in ((steps, fin), (YOUNG_EXTRA_STEPS * (steps > 0), young)):
+        if extra > 0 and rows.any():
+            f_p1[rows], f_p2[rows], f_amp[rows], f_off[rows], f_sse[rows] = refine(
+                f_p1[rows], f_p2[rows], sub, y[rows], w[rows], mask[rows],
+                valid_n[rows] >= MIN_FULL_POINTS, extra,
+            )
+    return f_p1, f_p2, f_amp, f_off, f_sse
 
 
 def class_codes(classes: Sequence[str]) -> np.ndarray:
@@ -409,59 +393,3 @@ def fit_curves(
     values, mask, n, max_drop = history_windows(histories, window)
     codes = class_codes(classes) if classes is not None else np.zeros(len(histories), np.int8)
     return fit_windows(values, mask, n, max_drop, codes, decay, steps)
-
-
-def _same(old: Sequence[float], new: Sequence[float]) -> bool:
-    """Whether history ``new`` is the (immutable) tuple ``old`` was. Other sequences may change
-    in place, so they always count as changed; so does a NaN not shared as the same object."""
-    return isinstance(new, tuple) and (old is new or old == new)
-
-
-_ROW_FIELDS = ("family", "amp", "p1", "p2", "floor", "last", "n", "max_drop", "rms", "last_drop")
-
-
-class CurveMemo:
-    """:func:`fit_windows` for a sequence of decisions, refitting only the changed histories.
-
-    A job's fit is a function of its own history, class, ``window`` and ``decay`` alone: every
-    row of the batch is computed on its own, without BLAS products, whose rows can change in
-    their last bits with the batch's size (:func:`slaq_mpi.brain.fitting.coarse`). So a job whose
-    history and class are what they were at the previous call gets that call's fit, bit for
-    bit, and only the others are fitted, as one batch. The result is the same as fitting every
-    history from scratch (on paper.yaml, 12% less decision time).
-    Between two scheduling epochs most jobs finish no iteration (a job on one core may take
-    minutes per iteration), so most fits are reused.
-    """
-
-    def __init__(self, window: int = DEFAULT_WINDOW, decay: float = DEFAULT_DECAY) -> None:
-        self.window = int(window)
-        self.decay = float(decay)
-        self._rows: dict[str, tuple[Sequence[float], int, np.ndarray]] = {}  # id: (history, class, row)
-
-    def fit(self, job_ids: Sequence[str], histories: Sequence[Sequence[float]],
-            codes: np.ndarray) -> CurveFit:
-        """The fits of ``histories`` (classes ``codes``, see :func:`class_codes`), one row per
-        job of ``job_ids`` (distinct ids); forgets the jobs not in ``job_ids``."""
-        jobs = len(job_ids)
-        rows = np.empty((jobs, len(_ROW_FIELDS)))
-        old, new = self._rows, {}
-        fresh = []
-        for i, (jid, hist, code) in enumerate(zip(job_ids, histories, codes.tolist(), strict=True)):
-            hit = old.get(jid)
-            if hit is not None and hit[1] == code and _same(hit[0], hist):
-                rows[i] = hit[2]
-                new[jid] = (hist, code, hit[2])
-            else:
-                fresh.append(i)
-        if fresh:
-            part = [histories[i] for i in fresh]
-            values, mask, n = tail_windows(part, self.window)
-            fit = fit_windows(values, mask, n, max_drops(part), codes[fresh], self.decay)
-            got = np.stack([getattr(fit, f).astype(np.float64) for f in _ROW_FIELDS], axis=1)
-            rows[fresh] = got
-            for k, i in enumerate(fresh):
-                new[job_ids[i]] = (histories[i], int(codes[i]), got[k])
-        self._rows = new
-        cols = {f: rows[:, c] for c, f in enumerate(_ROW_FIELDS)}
-        cols["family"] = cols["family"].astype(np.int8)
-        return CurveFit(**cols)

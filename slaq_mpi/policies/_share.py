@@ -1,4 +1,4 @@
-"""Helpers shared by policies: capping, water-filling and deterministic ordering."""
+"""Helpers shared by policies: capping, admission and equal shares."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def admitted(snapshot: ClusterSnapshot, order: Sequence[JobSnapshot]) -> list[Jo
     return list(order[: snapshot.capacity])
 
 
-def water_fill(jobs: Sequence[JobSnapshot], capacity: int) -> dict[str, int]:
-    """Equal shares, capped by each job's max cores.
+def equal_shares(jobs: Sequence[JobSnapshot], capacity: int) -> dict[str, int]:
+    """Equal shares of ``capacity`` for ``jobs``, capped by each job's max cores.
 
     Work-conserving: cores stay idle only when every job is at its cap. Cores that do not
     divide evenly go first to jobs that already hold more (so shares do not rotate between

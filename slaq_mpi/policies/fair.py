@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slaq_mpi.policies._share import admitted, water_fill
+from slaq_mpi.policies._share import admitted, equal_shares
 from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 
@@ -21,4 +21,4 @@ class FairPolicy:
         order = sorted(
             snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id)
         )
-        return water_fill(admitted(snapshot, order), snapshot.capacity)
+        return equal_shares(admitted(snapshot, order), snapshot.capacity)

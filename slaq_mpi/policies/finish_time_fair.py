@@ -34,9 +34,10 @@ import math
 
 import numpy as np
 
-from slaq_mpi.policies._outlook import Outlook, build_outlook, min_cores_within, top_up
-from slaq_mpi.policies._params import require
-from slaq_mpi.policies.slaq import SlaqPolicy
+from slaq_mpi.brain.allocate import top_up
+from slaq_mpi.brain.forecast import build_forecast
+from slaq_mpi.brain.outlook import Outlook, build_outlook, min_cores_within
+from slaq_mpi.policies._params import curve_memo, require
 from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 __all__ = ["FinishTimeFairPolicy", "predicted_rho"]
@@ -65,7 +66,7 @@ class FinishTimeFairPolicy:
     def __init__(self, slack: float = 1.0, window: int = 16, decay: float = 6.0) -> None:
         require("slack", slack, math.isfinite(slack) and slack >= 1.0, "a finite number >= 1")
         self.slack = float(slack)
-        self._brain = SlaqPolicy(window=window, decay=decay)
+        self._curves = curve_memo(window, decay)
 
     def _needed(self, out: Outlook, target: float) -> np.ndarray:
         """Fewest cores per job with predicted ``rho <= target`` (useful cores if none)."""
@@ -77,13 +78,12 @@ class FinishTimeFairPolicy:
         """Cores per job id for the next epoch."""
         if not snapshot.jobs or snapshot.capacity <= 0:
             return {j.job_id: 0 for j in snapshot.jobs}
-        out = build_outlook(snapshot, self._brain)
+        out = build_outlook(snapshot, build_forecast(snapshot, self._curves))
         capacity = int(snapshot.capacity)
         count = len(out.ids)
         if capacity < count:
             behind = predicted_rho(out, np.ones(count))
-            arrival = np.array([j.arrival for j in out.jobs])
-            order = np.lexsort((np.arange(count), arrival, -behind))
+            order = np.lexsort((np.arange(count), out.arrival, -behind))
             alloc = np.zeros(count, dtype=np.int64)
             alloc[order[:capacity]] = 1
             return dict(zip(out.ids, alloc.tolist(), strict=True))

@@ -36,9 +36,10 @@ import math
 
 import numpy as np
 
-from slaq_mpi.policies._outlook import build_outlook, power_utility, top_up
-from slaq_mpi.policies._params import require
-from slaq_mpi.policies.slaq import SlaqPolicy
+from slaq_mpi.brain.allocate import top_up
+from slaq_mpi.brain.forecast import build_forecast
+from slaq_mpi.brain.outlook import Outlook, build_outlook
+from slaq_mpi.policies._params import curve_memo, require
 from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 __all__ = ["GoodputPolicy"]
@@ -57,11 +58,14 @@ class GoodputPolicy:
     def __init__(self, p: float = -1.0, window: int = 16, decay: float = 6.0) -> None:
         require("p", p, math.isfinite(p) and p <= 1, "a finite number <= 1")
         self.p = float(p)
-        self._brain = SlaqPolicy(window=window, decay=decay)
+        self._curves = curve_memo(window, decay)
+
+    def _outlook(self, snapshot: ClusterSnapshot) -> Outlook:
+        return build_outlook(snapshot, build_forecast(snapshot, self._curves))
 
     def speedups(self, snapshot: ClusterSnapshot, cores: dict[str, float]) -> dict[str, float]:
         """Predicted speedup of each job on the given cores (for reports and tests)."""
-        out = build_outlook(snapshot, self._brain)
+        out = self._outlook(snapshot)
         a = np.array([float(cores.get(i, 0.0)) for i in out.ids])
         base = out.progress(out.share)
         s = np.where(base > 0, out.progress(a) / np.where(base > 0, base, 1.0), 1.0)
@@ -76,7 +80,7 @@ class GoodputPolicy:
             order = sorted(snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id))
             chosen = {j.job_id for j in order[:capacity]}
             return {j.job_id: int(j.job_id in chosen) for j in snapshot.jobs}
-        out = build_outlook(snapshot, self._brain)
+        out = self._outlook(snapshot)
         base = out.progress(out.share)
         moving = base > 0
         scale = np.where(moving, base, 1.0)
@@ -91,3 +95,14 @@ class GoodputPolicy:
         alloc = top_up(gain, np.ones(count, dtype=np.int64), out.forecast.caps, capacity - count,
                        spread=out.useful)
         return dict(zip(out.ids, alloc.tolist(), strict=True))
+
+
+def power_utility(speedup: np.ndarray, p: float) -> np.ndarray:
+    """A per-job term whose sum the power mean of exponent ``p`` increases with.
+
+    ``s^p`` for ``p > 0``, ``log s`` for ``p = 0``, ``-s^p`` for ``p < 0``.
+    """
+    s = np.maximum(np.asarray(speedup, dtype=np.float64), 1e-12)
+    if p == 0:
+        return np.log(s)
+    return np.sign(p) * s**p

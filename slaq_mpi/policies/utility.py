@@ -48,11 +48,14 @@ from typing import Any
 
 import numpy as np
 
+from slaq_mpi.brain.allocate import water_fill
+from slaq_mpi.brain.forecast import build_forecast
+from slaq_mpi.brain.outlook import build_outlook, min_cores_within
 from slaq_mpi.config.values import number
 from slaq_mpi.errors import NO_VALUE, ConfigError
-from slaq_mpi.policies._outlook import Outlook, build_outlook, min_cores_within
-from slaq_mpi.policies.slaq import SlaqPolicy, water_fill
-from slaq_mpi.policies.snapshot import ClusterSnapshot
+from slaq_mpi.policies._params import curve_memo
+from slaq_mpi.policies._share import job_cap
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 __all__ = ["UTILITY_KEYS", "UtilityPolicy", "utility_at", "validate_utility"]
 
@@ -101,12 +104,12 @@ def utility_at(spec: Mapping[str, float], completion: np.ndarray | float) -> np.
     return np.where(np.isfinite(c), value * np.where(late <= 0, 1.0, frac), 0.0)
 
 
-def _specs(out: Outlook) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _specs(jobs: list[JobSnapshot]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per job: has a utility, value, deadline (inf if none), decay."""
-    count = len(out.jobs)
+    count = len(jobs)
     has = np.zeros(count, dtype=bool)
     value, deadline, decay = np.zeros(count), np.full(count, np.inf), np.zeros(count)
-    for i, job in enumerate(out.jobs):
+    for i, job in enumerate(jobs):
         if job.utility:
             spec = dict(job.utility)
             has[i] = True
@@ -135,7 +138,7 @@ class UtilityPolicy:
     name = "utility"
 
     def __init__(self, window: int = 16, decay: float = 6.0) -> None:
-        self._brain = SlaqPolicy(window=window, decay=decay)
+        self._curves = curve_memo(window, decay)
 
     def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
         """Cores per job id for the next epoch."""
@@ -143,16 +146,11 @@ class UtilityPolicy:
             return {j.job_id: 0 for j in snapshot.jobs}
         capacity = int(snapshot.capacity)
         if not any(j.utility for j in snapshot.jobs):  # all best-effort: even shares
-            served = sorted(snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id))
-            admitted = served[:capacity]
-            caps = np.array([max(1, min(j.max_cores, capacity)) for j in admitted], dtype=np.int64)
-            shares = water_fill(np.zeros(len(admitted), dtype=np.int64), caps, capacity)
-            result = {j.job_id: 0 for j in snapshot.jobs}
-            result.update({j.job_id: int(a) for j, a in zip(admitted, shares.tolist(), strict=True)})
-            return result
-        out = build_outlook(snapshot, self._brain)
+            return _even_shares(snapshot, capacity)
+        out = build_outlook(snapshot, build_forecast(snapshot, self._curves))
         count = len(out.ids)
-        has, value, deadline, decay = _specs(out)
+        by_id = {j.job_id: j for j in snapshot.jobs}
+        has, value, deadline, decay = _specs([by_id[i] for i in out.ids])
         useful = out.useful.astype(np.int64)
         grid = np.unique(np.round(np.geomspace(1, max(int(useful.max()), 1), _GRID)))
         meet = min_cores_within(out, np.where(np.isfinite(deadline),
@@ -166,31 +164,52 @@ class UtilityPolicy:
         core_seconds = cand * work
         density = (val / core_seconds).max(axis=1)
         worthy = has & (val.max(axis=1) > 0)
-        alloc = np.zeros(count, dtype=np.int64)
-        if worthy.any():
-            hi, lo = float(density[worthy].max()), float(density[worthy].min())
-            ratio = max(2.0 * hi / lo, 1.0 + 1e-9)
-            log_ratio = math.log(ratio)
-            arrival = np.array([j.arrival for j in out.jobs])
-            order = np.lexsort((np.arange(count), arrival, -density))
-            used = 0
-            for i in order[worthy[order]].tolist():
-                left = capacity - used
-                if left <= 0:
-                    break
-                a = cand[i]
-                ok = a <= left
-                u0 = used / capacity
-                u1 = (used + a) / capacity
-                cost = work[i] * capacity * (lo / 2.0) * (ratio**u1 - ratio**u0) / log_ratio
-                payoff = np.where(ok, val[i] - cost, -np.inf)
-                k = int(np.argmax(payoff))
-                if payoff[k] > 0:
-                    alloc[i] = int(a[k])
-                    used += int(a[k])
+        alloc = _buy(cand, val, work, density, worthy, out.arrival, capacity)
         eligible = (worthy | ~has) if worthy.any() else np.ones(count, dtype=bool)
         left = capacity - int(alloc.sum())
         if left > 0:
             limits = np.where(eligible, np.maximum(useful, alloc), alloc)
             alloc = water_fill(alloc, limits, left)
         return dict(zip(out.ids, alloc.tolist(), strict=True))
+
+
+def _even_shares(snapshot: ClusterSnapshot, capacity: int) -> dict[str, int]:
+    """Equal shares (capped, water-filled) for the ``capacity`` least-served jobs."""
+    served = sorted(snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id))
+    admitted = served[:capacity]
+    caps = np.array([job_cap(j, capacity) for j in admitted], dtype=np.int64)
+    shares = water_fill(np.zeros(len(admitted), dtype=np.int64), caps, capacity)
+    result = {j.job_id: 0 for j in snapshot.jobs}
+    result.update({j.job_id: int(a) for j, a in zip(admitted, shares.tolist(), strict=True)})
+    return result
+
+
+def _buy(cand: np.ndarray, val: np.ndarray, work: np.ndarray, density: np.ndarray, worthy: np.ndarray,
+         arrival: np.ndarray, capacity: int) -> np.ndarray:
+    """Cores per job bought at load-dependent prices: the ``worthy`` jobs, by value density
+    (highest first), each take the candidate core count ``cand`` of largest positive payoff
+    ``val - cost`` (``work``: seconds to finish on each candidate)."""
+    count = cand.shape[0]
+    alloc = np.zeros(count, dtype=np.int64)
+    if not worthy.any():
+        return alloc
+    hi, lo = float(density[worthy].max()), float(density[worthy].min())
+    ratio = max(2.0 * hi / lo, 1.0 + 1e-9)
+    log_ratio = math.log(ratio)
+    order = np.lexsort((np.arange(count), arrival, -density))
+    used = 0
+    for i in order[worthy[order]].tolist():
+        left = capacity - used
+        if left <= 0:
+            break
+        a = cand[i]
+        ok = a <= left
+        u0 = used / capacity
+        u1 = (used + a) / capacity
+        cost = work[i] * capacity * (lo / 2.0) * (ratio**u1 - ratio**u0) / log_ratio
+        payoff = np.where(ok, val[i] - cost, -np.inf)
+        k = int(np.argmax(payoff))
+        if payoff[k] > 0:
+            alloc[i] = int(a[k])
+            used += int(a[k])
+    return alloc

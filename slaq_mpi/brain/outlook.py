@@ -1,14 +1,12 @@
-"""Predictions shared by the goodput, finish-time-fair and utility policies.
+"""Per-job predictions beyond the next epoch's reduction, built on a :class:`Forecast`.
 
-Everything here is built from the SLAQ brain's public forecast
-(:meth:`slaq_mpi.policies.slaq.SlaqPolicy.forecast`): the fitted loss curve and throughput
-model of every active job. On top of it this module answers, per job and for any (possibly
-fractional) core count ``a``:
+For every active job and any (possibly fractional) core count ``a``:
 
 * seconds per iteration ``t(a)``; a share below one core is time-slicing: ``t(1) / a``;
 * remaining iterations to the stopping rule (``max_iterations`` minus iterations run; without
-  a budget, the iterations until 95% of the predicted remaining normalized reduction is done);
-* the predicted normalized loss reduction over the next epoch (SLAQ's currency);
+  a budget, the iterations until ``DONE_SHARE`` of the predicted remaining normalized
+  reduction is done);
+* the predicted normalized loss reduction over the next epoch;
 * the equal share ``min(cap, capacity / N)`` of the ``N`` active jobs;
 * useful cores: the most cores that still make an iteration faster (1 for a job predicted to
   have no parallel work).
@@ -20,10 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slaq_mpi.policies.slaq import Forecast, GainFn, SlaqPolicy, allocate_by_gain
-from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
+from slaq_mpi.brain.forecast import ClusterView, Forecast
 
-__all__ = ["Outlook", "build_outlook", "min_cores_within", "power_utility", "top_up"]
+__all__ = ["Outlook", "build_outlook", "min_cores_within"]
 
 HORIZON_ITERATIONS = 1.0e6  # without a budget, work is predicted up to this many iterations
 DONE_SHARE = 0.95  # ... until this share of the predicted remaining reduction is done
@@ -32,23 +29,23 @@ FLAT_SPEEDUP = 1e-6  # a job whose useful cores are not this much faster than 1 
 
 @dataclass(frozen=True)
 class Outlook:
-    """Per-job predictions for one decision; row ``i`` is ``jobs[i]`` (sorted by job id).
+    """Per-job predictions for one decision; row ``i`` is ``forecast.job_ids[i]``.
 
     Attributes:
-        jobs: the active jobs' snapshots, in row order.
-        forecast: the brain's forecast (curves, throughput model, caps).
+        forecast: the forecast (curves, throughput model, caps).
         done: iterations run so far (losses reported).
         remaining: predicted iterations still to run (>= 1).
+        arrival: each job's arrival time (seconds since the experiment started).
         elapsed: seconds since each job arrived.
         useful: most cores that still speed each job up (``>= 1``, ``<= cap``).
         share: the equal share ``min(cap, capacity / N)`` (fractional).
         capacity: cores of the cluster.
     """
 
-    jobs: tuple[JobSnapshot, ...]
     forecast: Forecast
     done: np.ndarray
     remaining: np.ndarray
+    arrival: np.ndarray
     elapsed: np.ndarray
     useful: np.ndarray
     share: np.ndarray
@@ -93,22 +90,21 @@ def _remaining(fc: Forecast) -> np.ndarray:
     return np.maximum(rem, 1.0)
 
 
-def build_outlook(snapshot: ClusterSnapshot, forecaster: SlaqPolicy) -> Outlook:
-    """Predictions for every active job of ``snapshot`` (needs at least one job)."""
-    fc = forecaster.forecast(snapshot)
-    by_id = {j.job_id: j for j in snapshot.jobs}
-    jobs = tuple(by_id[i] for i in fc.job_ids)
+def build_outlook(cluster: ClusterView, fc: Forecast) -> Outlook:
+    """Predictions for every active job of ``cluster`` from its forecast ``fc`` (at least one job)."""
+    by_id = {j.job_id: j for j in cluster.jobs}
+    jobs = [by_id[i] for i in fc.job_ids]
     count = len(jobs)
     done = np.fromiter((len(j.losses) for j in jobs), dtype=np.float64, count=count)
     arrival = np.fromiter((j.arrival for j in jobs), dtype=np.float64, count=count)
-    capacity = max(int(snapshot.capacity), 1)
+    capacity = max(int(cluster.capacity), 1)
     share = np.minimum(fc.caps.astype(np.float64), capacity / max(count, 1))
     useful = np.maximum(fc.useful_cores(), 1)
     t1, tu = fc.speed.seconds(np.ones(count)), fc.speed.seconds(useful.astype(np.float64))
     useful = np.where(tu < t1 * (1.0 - FLAT_SPEEDUP), useful, 1)  # no parallel work: 1 core
     return Outlook(
-        jobs=jobs, forecast=fc, done=done, remaining=_remaining(fc),
-        elapsed=np.maximum(float(snapshot.now) - arrival, 0.0),
+        forecast=fc, done=done, remaining=_remaining(fc), arrival=arrival,
+        elapsed=np.maximum(float(cluster.now) - arrival, 0.0),
         useful=useful, share=share, capacity=capacity,
     )
 
@@ -131,36 +127,3 @@ def min_cores_within(outlook: Outlook, limit: np.ndarray, rows: np.ndarray | Non
         ok = outlook.seconds(mid.astype(np.float64), rows) <= limit
         hi = np.where(open_ & ok, mid, hi)
         lo = np.where(open_ & ~ok, mid + 1, lo)
-
-
-def power_utility(speedup: np.ndarray, p: float) -> np.ndarray:
-    """A per-job term whose sum the power mean of exponent ``p`` increases with.
-
-    ``s^p`` for ``p > 0``, ``log s`` for ``p = 0``, ``-s^p`` for ``p < 0``.
-    """
-    s = np.maximum(np.asarray(speedup, dtype=np.float64), 1e-12)
-    if p == 0:
-        return np.log(s)
-    return np.sign(p) * s**p
-
-
-def top_up(gain: GainFn, base: np.ndarray, limits: np.ndarray, extra: int,
-           spread: np.ndarray | None = None, min_gain: float = 1e-12) -> np.ndarray:
-    """Add up to ``extra`` cores to ``base`` by largest marginal ``gain`` (SLAQ's greedy).
-
-    ``gain(rows, cores)`` is evaluated at absolute core counts. Cores no marginal gain wants
-    are spread evenly up to ``spread`` (default ``limits``): work-conserving up to the limits.
-    """
-    base = np.maximum(np.asarray(base, dtype=np.int64), 1)
-    limits = np.maximum(np.asarray(limits, dtype=np.int64), base)
-    if extra <= 0 or base.size == 0:
-        return base.copy()
-    shift = base - 1
-
-    def shifted(rows: np.ndarray, cores: np.ndarray) -> np.ndarray:
-        return gain(rows, cores + shift[rows, None])
-
-    spread_caps = limits if spread is None else np.clip(spread, base, limits)
-    alloc = allocate_by_gain(shifted, limits - shift, base.size + int(extra),
-                             spread_caps - shift, min_gain)
-    return alloc + shift
