@@ -20,8 +20,9 @@ import pytest
 from slaq_mpi import cli
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.slurm import submit as slurm
+from slaq_mpi.slurm.render import render_sbatch
 from slaq_mpi.slurm.settings import SlurmSettings, parse_time, settings_for, settings_from_mapping
-from slaq_mpi.slurm.submit import SlurmError, render_sbatch
+from slaq_mpi.slurm.submit import SlurmError
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent

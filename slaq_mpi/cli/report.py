@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi._text import seconds
-from slaq_mpi.cli import printer
+from slaq_mpi.cli._output import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.report.evaluation import RunData, common_l_star, observed, run_span
 from slaq_mpi.report.summary import json_value, summarize_runs

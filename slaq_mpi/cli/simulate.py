@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from slaq_mpi._text import count
-from slaq_mpi.cli import printer
+from slaq_mpi.cli._output import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.storage.outpaths import check_writable
 

@@ -1,15 +1,15 @@
-"""``slaq data``: make synthetic HDF5 datasets and convert LibSVM, CSV and .npy files to HDF5.
+"""Write HDF5 datasets: synthetic ones (:func:`make`) and conversions of LibSVM, CSV and .npy
+files (:func:`convert_libsvm`, :func:`convert_csv`, :func:`convert_npy`).
 
-Both commands write in row chunks, so a file of any size fits in memory. Bad input raises
+Every writer works in row chunks, so a file of any size fits in memory, and publishes its file
+only once ``slaq`` can read it back, never replacing a file. Bad input raises
 :class:`~slaq_mpi.errors.DataError` naming the file and the line (or row) at fault.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
+from slaq_mpi.data.csv import csv_rows, floats, is_number
 from slaq_mpi.data.datasets import CHUNK_ROWS, DatasetSpec, RowWriter, inspect
 from slaq_mpi.data.generators import (
     GENERATORS,
@@ -25,112 +26,10 @@ from slaq_mpi.data.generators import (
     generated_bytes,
     generator_param_problem,
 )
-from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
-from slaq_mpi.storage.outpaths import check_writable
+from slaq_mpi.data.libsvm import libsvm_lines
+from slaq_mpi.errors import ConfigError, DataError
 
-__all__ = ["add_cli", "convert_csv", "convert_libsvm", "convert_npy", "make"]
-
-
-def add_cli(subparsers: Any) -> None:
-    """Add ``slaq data make`` and ``slaq data convert`` to the main parser."""
-    data = subparsers.add_parser("data", help="make synthetic datasets or convert files to HDF5")
-    sub = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
-    p = sub.add_parser("make", help="write a synthetic dataset (in chunks, any size)")
-    p.add_argument("kind", help=f"one of: {', '.join(sorted(GENERATORS))}")
-    p.add_argument("out", help="output HDF5 file")
-    p.add_argument("--rows", type=int, required=True, help="examples (documents for documents)")
-    p.add_argument("--features", type=int, required=True, help="columns (vocabulary for documents)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the generator: same seed, same file (default: %(default)s)")
-    for name, typ in sorted({k: t for _, opts in GENERATORS.values() for k, t in opts.items()}.items()):
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, default=None,
-                       help=f"generator option ({typ.__name__})")
-    p.set_defaults(func=_cmd_make)
-    p = sub.add_parser("convert", help="convert LibSVM/SVMlight text, CSV or .npy to HDF5")
-    p.add_argument("input", help="the file to convert (LibSVM/SVMlight text, .csv or .npy)")
-    p.add_argument("out", help="output HDF5 file")
-    p.add_argument("--format", choices=("libsvm", "csv", "npy"), default=None,
-                   help="input format (default: from the extension; .csv, .npy, else libsvm)")
-    p.add_argument("--label-column", type=int, default=None,
-                   help="CSV/.npy: the column holding labels (negative counts from the end)")
-    p.add_argument("--labels", default=None, help=".npy: a separate 1-D .npy file of labels")
-    p.add_argument("--zero-based", action="store_true",
-                   help="LibSVM feature indices start at 0 (default: 1, or 0 if an index 0 occurs)")
-    p.add_argument("--features", type=int, default=None, help="LibSVM: number of columns")
-    p.set_defaults(func=_cmd_convert)
-
-
-def _check_output(out: Path) -> None:
-    """Refuse an output path that exists or can only fail, before anything is written."""
-    if out.is_dir():
-        raise ConfigError("out", str(out), "is a directory; give the HDF5 file to write, e.g. "
-                          f"{out / 'data.h5'}")
-    if out.exists() or out.is_symlink():
-        raise ConfigError("out", str(out), "already exists; data make and convert never replace "
-                          "a file: remove it first or give a new path")
-    check_writable(out.parent, "out", out, probe=True)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b`` are one file (also through links); False if either is missing."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _cmd_make(args: argparse.Namespace) -> int:
-    _check_output(Path(args.out))
-    make(args.kind, Path(args.out), args.rows, args.features, args.seed,
-         **{k: getattr(args, k) for _, opts in GENERATORS.values() for k in opts
-            if getattr(args, k, None) is not None})
-    _summary(args.out)
-    return 0
-
-
-def _cmd_convert(args: argparse.Namespace) -> int:
-    src, out = Path(args.input), Path(args.out)
-    fmt = args.format or {".csv": "csv", ".npy": "npy"}.get(src.suffix.lower(), "libsvm")
-    if not src.is_file():
-        raise ConfigError("input", str(src), "it must be an existing file")
-    if src.suffix.lower() == ".npz" and args.format is None:
-        raise ConfigError("input", str(src), "a .npz archive holds several arrays; save the "
-                          "features as one 2-D array with numpy.save (.npy)")
-    if args.labels and fmt != "npy":
-        raise ConfigError("--labels", args.labels, f"applies to .npy input only; {fmt} input "
-                          "carries its labels in a column (--label-column)" if fmt == "csv" else
-                          f"applies to .npy input only; {fmt} input carries its labels in each line")
-    if fmt == "libsvm" and args.label_column is not None:
-        raise ConfigError("--label-column", args.label_column, "applies to CSV and .npy input only; "
-                          "LibSVM input carries its label first on each line")
-    if fmt != "libsvm":
-        for option, given in (("--features", args.features), ("--zero-based", args.zero_based or None)):
-            if given is not None:  # a flag has no value to show
-                raise ConfigError(option, NO_VALUE if given is True else given, f"applies to LibSVM "
-                                  f"input only; {fmt} input has as many features as columns, and no indices")
-    if args.features is not None and args.features < 1:
-        raise ConfigError("--features", args.features, "must be an integer >= 1 (the number of columns)")
-    for what, given in (("input", src), ("--labels file", Path(args.labels) if args.labels else None)):
-        if given is not None and _same_file(given, out):
-            raise ConfigError("out", str(out), f"it is the {what} {str(given)!r}; write the HDF5 "
-                              "file to another path (the output would replace it)")
-    _check_output(out)
-    if fmt == "libsvm":
-        convert_libsvm(src, out, zero_based=args.zero_based, features=args.features)
-    elif fmt == "csv":
-        convert_csv(src, out, label_column=args.label_column)
-    else:
-        convert_npy(src, out, label_column=args.label_column,
-                    labels=Path(args.labels) if args.labels else None)
-    _summary(out)
-    return 0
-
-
-def _summary(path: str | Path) -> None:
-    info = inspect(path)
-    kind = "sparse CSR" if info.sparse else "dense"
-    labels = "with labels" if info.has_labels else "no labels"
-    print(f"{path}: {info.rows} rows x {info.features} features, {kind}, {labels}")
+__all__ = ["convert_csv", "convert_libsvm", "convert_npy", "make"]
 
 
 def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **options: Any) -> None:
@@ -210,46 +109,6 @@ class _Output:
 
 # --- LibSVM / SVMlight ------------------------------------------------------------------------
 
-def _libsvm_lines(path: Path) -> Iterator[tuple[int, float, list[int], list[float]]]:
-    """(line number, label, indices, values) of every data line; raises on a bad line."""
-    with open(path, encoding="utf-8-sig", errors="replace") as fh:  # -sig: drop a BOM
-        for lineno, line in enumerate(fh, 1):
-            text = line.split("#", 1)[0].strip()  # a comment may hold any bytes
-            if "\x00" in text or "\ufffd" in text:
-                raise DataError(f"{path}:{lineno}: not text (a binary file?); LibSVM input is "
-                                "lines of 'label index:value ...'")
-            if not text:
-                continue
-            tokens = text.split()
-            try:
-                label = float(tokens[0])
-            except ValueError:
-                raise DataError(f"{path}:{lineno}: the label {tokens[0]!r} is not a number") from None
-            idx: list[int] = []
-            vals: list[float] = []
-            for tok in tokens[1:]:
-                key, sep, val = tok.partition(":")
-                if key == "qid":
-                    continue
-                try:
-                    if not sep:
-                        raise ValueError
-                    i, v = int(key), float(val)
-                except ValueError:
-                    raise DataError(f"{path}:{lineno}: cannot parse {tok!r}; "
-                                    "want INDEX:VALUE") from None
-                if i < 0 or not math.isfinite(v) or not math.isfinite(label):
-                    bad = tok if i < 0 or not math.isfinite(v) else tokens[0]
-                    raise DataError(f"{path}:{lineno}: {bad!r}: indices must be >= 0 and "
-                                    "values finite")
-                if idx and i <= idx[-1]:
-                    raise DataError(f"{path}:{lineno}: index {i} after {idx[-1]}; indices must "
-                                    "increase along a line")
-                idx.append(i)
-                vals.append(v)
-            yield lineno, label, idx, vals
-
-
 def convert_libsvm(src: Path, out: Path, zero_based: bool = False, features: int | None = None) -> None:
     """Convert a LibSVM/SVMlight file to a CSR HDF5 file (two passes, chunked).
 
@@ -259,7 +118,7 @@ def convert_libsvm(src: Path, out: Path, zero_based: bool = False, features: int
         raise ConfigError("--features", features, "must be an integer >= 1 (the number of columns)")
     rows, lo_idx, hi_idx = 0, math.inf, -1
     labels: set[float] = set()
-    for _, label, idx, _ in _libsvm_lines(src):
+    for _, label, idx, _ in libsvm_lines(src):
         rows += 1
         if idx:
             lo_idx, hi_idx = min(lo_idx, idx[0]), max(hi_idx, idx[-1])
@@ -275,7 +134,7 @@ def convert_libsvm(src: Path, out: Path, zero_based: bool = False, features: int
     with _Output(out) as f:
         writer = RowWriter(f, rows, n_feat)
         buf: list[tuple[float, list[int], list[float]]] = []
-        for _, label, idx, vals in _libsvm_lines(src):
+        for _, label, idx, vals in libsvm_lines(src):
             buf.append(((label + 1.0) / 2.0 if pm_one else label, idx, vals))
             if len(buf) == CHUNK_ROWS:
                 writer.append(*_csr_chunk(buf, n_feat, base))
@@ -296,47 +155,19 @@ def _csr_chunk(buf: list[tuple[float, list[int], list[float]]], n_feat: int,
 
 # --- CSV ---------------------------------------------------------------------------------------
 
-def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    with open(path, encoding="utf-8-sig", errors="replace") as fh:  # -sig: drop a BOM
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                yield lineno, [c.strip() for c in line.rstrip("\r\n").split(",")]
-
-
-def _floats(path: Path, lineno: int, cells: list[str]) -> list[float]:
-    out = []
-    for col, cell in enumerate(cells):
-        try:
-            v = float(cell)
-        except ValueError:
-            raise DataError(f"{path}:{lineno}: column {col} is {cell!r}, not a number") from None
-        if not math.isfinite(v):
-            raise DataError(f"{path}:{lineno}: column {col} is {cell!r}; values must be finite")
-        out.append(v)
-    return out
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
-
-
 def convert_csv(src: Path, out: Path, label_column: int | None = None) -> None:
     """Convert a numeric CSV file to a dense HDF5 file. A first line none of whose cells is a
     number is a header and skipped; any other line must be all finite numbers."""
     rows, width, header = 0, -1, False
-    for lineno, cells in _csv_rows(src):
+    for lineno, cells in csv_rows(src):
         if rows == 0 and width < 0:
             width = len(cells)
-            if not any(_is_number(c) for c in cells):
+            if not any(is_number(c) for c in cells):
                 header = True
                 continue
         elif len(cells) != width:
             raise DataError(f"{src}:{lineno}: {len(cells)} columns; the first line has {width}")
-        _floats(src, lineno, cells)
+        floats(src, lineno, cells)
         rows += 1
     if rows == 0:
         raise DataError(f"{src}: no data lines")
@@ -347,11 +178,11 @@ def convert_csv(src: Path, out: Path, label_column: int | None = None) -> None:
     with _Output(out) as f:
         writer = RowWriter(f, rows, feats)
         buf: list[list[float]] = []
-        lines = _csv_rows(src)
+        lines = csv_rows(src)
         if header:
             next(lines)
         for lineno, cells in lines:
-            buf.append(_floats(src, lineno, cells))
+            buf.append(floats(src, lineno, cells))
             if len(buf) == CHUNK_ROWS:
                 writer.append(*_split_label(np.array(buf), lab))
                 buf = []
