@@ -1,4 +1,4 @@
-"""Unit tier for slaq_mpi.slurm.submit: settings validation, the sbatch script (golden files), the one
+"""Unit tier for slaq_mpi.slurm: settings validation, the sbatch script (golden files), the one
 subprocess boundary ``run_cmd``, ``slaq submit``, and the script's stop/requeue logic run by bash
 against fake ``mpiexec`` and ``scontrol`` commands. No Slurm needed."""
 
@@ -77,6 +77,56 @@ def test_shipped_script_has_the_documented_directives() -> None:
     assert 'LAUNCH=(srun --mpi="$MPI_PLUGIN" --kill-on-bad-exit=1)' in text  # chosen in the job
     assert os.access(ROOT / "slurm" / "slaq.sbatch", os.X_OK)
     assert subprocess.run(["bash", "-n", str(ROOT / "slurm" / "slaq.sbatch")]).returncode == 0
+
+
+# Written by hand, not generated: a golden file regenerated with SLAQ_UPDATE_GOLDEN=1 is
+# compared with itself, so these lines are what a regeneration cannot bless when wrong.
+_MUST = {
+    "shipped": ("B:USR1@120", "--requeue", 'LAUNCH=(srun --mpi="$MPI_PLUGIN" --kill-on-bad-exit=1)',
+                "MAX_RESTARTS=10", "REQUEUE=1"),
+    "full": ("B:USR1@600", "--requeue", "LAUNCH=(srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores)",
+             "MAX_RESTARTS=3", "REQUEUE=1"),
+    "mpiexec": ("B:USR1@300", "--no-requeue",
+                'LAUNCH=(/opt/mpich/bin/mpiexec -n "$SLURM_NTASKS" -bind-to core)', "MAX_RESTARTS=10",
+                "REQUEUE=0"),
+}
+_EVERY_SCRIPT = (
+    "trap 'request_stop USR1' USR1",
+    "trap 'request_stop TERM' TERM",
+    '        touch "$RUN_DIR/STOP"',
+    '    ARGS=(run --resume "$RUN_DIR")',
+    '"${LAUNCH[@]}" "$PYTHON" -m slaq_mpi "${ARGS[@]}" &',
+    '        if [ "$REQUEUE" = 1 ] && [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then',
+    '            if scontrol requeue "$SLURM_JOB_ID"; then',
+)
+
+
+def _rendered(which: str) -> tuple[str, Path]:
+    if which == "shipped":
+        return render_sbatch(SlurmSettings()), ROOT / "slurm" / "slaq.sbatch"
+    if which == "full":
+        s = settings_from_mapping(FULL, ranks=64, epoch_seconds=5.0, name="ignored")
+        return (render_sbatch(s, config="/home/me/paper.yaml", run_dir="/scratch/me/slaq/runs/paper"),
+                GOLDEN / "full.sbatch")
+    s = settings_from_mapping(MPIEXEC, ranks=4, epoch_seconds=1.0, name="small")
+    return render_sbatch(s, config="/tmp/x y/small.yaml", run_dir="/tmp/x y/runs/small"), GOLDEN / "mpiexec.sbatch"
+
+
+@pytest.mark.parametrize("which", sorted(_MUST))
+def test_the_lines_that_matter_are_as_written_by_hand(which: str) -> None:
+    signal_at, requeue, launch, restarts, requeue_var = _MUST[which]
+    text, path = _rendered(which)
+    for script in (text, path.read_text()):
+        lines = script.splitlines()
+        first_command = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+        directives = [line for line in lines if line.startswith("#SBATCH ")]
+        # sbatch reads #SBATCH lines only above the first command
+        assert all(lines.index(d) < first_command for d in directives)
+        assert [d for d in directives if "--signal" in d] == [f"#SBATCH --signal={signal_at}"]
+        assert [d for d in directives if "requeue" in d] == [f"#SBATCH {requeue}"]
+        for line in (launch, restarts, requeue_var, *_EVERY_SCRIPT):
+            assert line in lines, (which, line)
+        assert sum(line.startswith("LAUNCH=") for line in lines) == 1
 
 
 def test_every_option_renders_like_the_golden_file() -> None:
