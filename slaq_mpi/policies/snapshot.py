@@ -1,13 +1,13 @@
 """Frozen views of the cluster that scheduling policies read.
 
 A policy is a pure function of a :class:`ClusterSnapshot`: the live coordinator and the
-simulator build snapshots the same way, call the same policy code and check its answer with
-the same :func:`checked_allocation`.
+simulator build snapshots with the same :func:`job_snapshot` and :func:`cluster_snapshot`,
+call the same policy code and check its answer with the same :func:`checked_allocation`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,44 @@ class ClusterSnapshot:
     jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
 
 
+def utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float], ...]:
+    """A job's validated ``utility:`` mapping as the sorted ``(key, value)`` pairs a
+    :class:`JobSnapshot` holds (``()`` for a job without one)."""
+    return tuple(sorted((str(key), float(value)) for key, value in (utility or {}).items()))
+
+
+def job_snapshot(job_id: str, *, losses: Sequence[float], throughput: Sequence[tuple[int, float]],
+                 cores: int, max_cores: int, capacity: int, convergence: str, arrival: float,
+                 attained_core_seconds: float, utility: Mapping[str, Any] | None = None,
+                 max_iterations: int | None = None) -> JobSnapshot:
+    """What a policy may know about one active job, from its record so far.
+
+    ``max_cores`` is the job's own limit; the snapshot's is at most ``capacity`` (a job can use
+    no more cores than there are). The live coordinator and the simulator both build every
+    job's snapshot here.
+    """
+    return JobSnapshot(
+        job_id=job_id,
+        losses=tuple(losses),
+        throughput=tuple(throughput),
+        cores=cores,
+        max_cores=min(max_cores, capacity),
+        convergence=convergence,
+        arrival=arrival,
+        attained_core_seconds=attained_core_seconds,
+        utility=utility_pairs(utility),
+        max_iterations=max_iterations,
+    )
+
+
+def cluster_snapshot(capacity: int, now: float, epoch_seconds: float,
+                     jobs: Iterable[JobSnapshot]) -> ClusterSnapshot:
+    """The cluster at one decision: ``jobs`` (the active ones) in arrival order, jobs arriving
+    together by ``job_id``."""
+    ordered = tuple(sorted(jobs, key=lambda j: (j.arrival, j.job_id)))
+    return ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=epoch_seconds, jobs=ordered)
+
+
 def checked_allocation(alloc: Mapping[str, Any], snapshot: ClusterSnapshot,
                        policy: str) -> dict[str, int]:
     """``alloc`` (a policy's answer to ``snapshot``) as ``{job_id: cores}`` with the jobs given
@@ -72,8 +110,9 @@ def checked_allocation(alloc: Mapping[str, Any], snapshot: ClusterSnapshot,
     simulator both use it, so a policy breaks the contract in both or in neither.
 
     Raises:
-        ContractError: a job not in the snapshot, cores that are not an integer >= 0 or above
-            the job's ``max_cores``, or more cores than ``capacity`` in all.
+        ContractError: a job not in the snapshot, cores that are not an integer >= 0, more
+            cores than ``capacity`` in all, or cores above a job's ``max_cores`` (checked in
+            this order).
     """
     jobs = {j.job_id: j for j in snapshot.jobs}
     out: dict[str, int] = {}
@@ -85,12 +124,19 @@ def checked_allocation(alloc: Mapping[str, Any], snapshot: ClusterSnapshot,
             whole = c == cores and not isinstance(cores, bool | np.bool_)  # True is not 1 core
         except (TypeError, ValueError, OverflowError):
             whole = False
-        if not whole or c < 0 or c > jobs[jid].max_cores:
-            raise ContractError(f"policy {policy!r} gave job {jid!r} {cores!r} cores; allowed: an "
-                                f"integer from 0 to its max_cores, {jobs[jid].max_cores}")
+        if not whole or c < 0:
+            raise _over(policy, jid, cores, jobs[jid])
         if c:
             out[jid] = c
     if sum(out.values()) > snapshot.capacity:
         raise ContractError(f"policy {policy!r} allocated {sum(out.values())} cores; capacity is "
                             f"{snapshot.capacity}")
+    for jid, c in out.items():
+        if c > jobs[jid].max_cores:
+            raise _over(policy, jid, alloc[jid], jobs[jid])
     return out
+
+
+def _over(policy: str, jid: str, cores: Any, job: JobSnapshot) -> ContractError:
+    return ContractError(f"policy {policy!r} gave job {jid!r} {cores!r} cores; allowed: an "
+                         f"integer from 0 to its max_cores, {job.max_cores}")

@@ -23,13 +23,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from slaq_mpi.errors import ContractError, SlaqError
-from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
+from slaq_mpi.policies.snapshot import (
+    ClusterSnapshot,
+    JobSnapshot,
+    checked_allocation,
+    cluster_snapshot,
+    job_snapshot,
+    utility_pairs,
+)
 from slaq_mpi.report.evaluation import JobTrace, RunData
 from slaq_mpi.runtime.timing import cut_time, epoch_length
 from slaq_mpi.sim.settings import EPOCH_MODELS
@@ -44,7 +51,7 @@ class SimulationError(SlaqError, RuntimeError):
 
 class _State:
     __slots__ = ("job", "col", "n", "frac", "cores", "attained", "losses", "throughput",
-                 "t_chunks", "c_chunks", "s_chunks", "start", "end", "utility", "rng")
+                 "t_chunks", "c_chunks", "s_chunks", "start", "end", "rng")
 
     def __init__(self, job: SimJob, col: int, seed: int):
         self.job = job
@@ -60,27 +67,21 @@ class _State:
         self.s_chunks: list[float] = []
         self.start = math.nan
         self.end = math.nan
-        self.utility = _utility_pairs(job.utility)
         self.rng = np.random.default_rng([seed, 3, col])
 
-    def snapshot(self) -> JobSnapshot:
+    def snapshot(self, capacity: int) -> JobSnapshot:
+        """What a policy may know about this job now, on ``capacity`` cores."""
         job = self.job
-        return JobSnapshot(
-            job_id=job.name, losses=tuple(self.losses), throughput=tuple(self.throughput),
-            cores=self.cores, max_cores=job.max_cores, convergence=job.convergence,
-            arrival=job.arrival, attained_core_seconds=self.attained, utility=self.utility,
-            max_iterations=job.max_iterations,
-        )
+        return job_snapshot(
+            job.name, losses=self.losses, throughput=self.throughput, cores=self.cores,
+            max_cores=job.max_cores, capacity=capacity, convergence=job.convergence,
+            arrival=job.arrival, attained_core_seconds=self.attained, utility=job.utility,
+            max_iterations=job.max_iterations)
 
 
-def _utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float], ...]:
-    if not utility:
-        return ()
-    out = []
-    for key, val in sorted(utility.items()):
-        if isinstance(val, int | float) and not isinstance(val, bool):
-            out.append((str(key), float(val)))
-    return tuple(out)
+def _snapshot(active: Sequence[_State], capacity: int, now: float, length: float) -> ClusterSnapshot:
+    """What the policy sees at the decision at ``now`` for an epoch of ``length`` seconds."""
+    return cluster_snapshot(capacity, now, length, (s.snapshot(capacity) for s in active))
 
 
 def _speed(s: _State, cores: int, noise: float) -> float:
@@ -219,8 +220,7 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
                               epoch_seconds)
         if horizon is not None:
             length = min(length, horizon - now)  # the last epoch ends at the horizon
-        snap = ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=length,
-                               jobs=tuple(s.snapshot() for s in active))
+        snap = _snapshot(active, capacity, now, length)
         t0 = time.perf_counter()
         raw = policy.allocate(snap)
         decision.append((time.perf_counter() - t0) * 1000.0)
@@ -305,6 +305,6 @@ def _trace(s: _State) -> JobTrace:
         convergence=job.convergence, l_star=job.l_star, max_cores=job.max_cores,
         attained_core_seconds=s.attained,
         throughput=np.array(s.throughput, dtype=np.float64).reshape(-1, 2),
-        utility=dict(s.utility) if s.utility else None,
+        utility=dict(utility_pairs(job.utility)) or None,
         scaling=(job.scaling.work, job.scaling.overhead, job.scaling.comm),
     )
