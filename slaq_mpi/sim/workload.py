@@ -123,7 +123,7 @@ MAX_JOB_SECONDS = 1e8  # a job longer than this alone (3 years) is a mistake in 
 def _scaling_key(spec: Any, algorithm: str, key: str) -> str | None:
     """The YAML key that set ``algorithm``'s scaling ``key``: its own entry's, else
     ``default``'s; None when neither sets it (the built-in value)."""
-    given = (spec.simulation or {}).get("scaling") or {}
+    given = spec.simulation.scaling_given
     for entry in (algorithm, "default"):
         if key in (given.get(entry) or {}):
             return f"simulation.scaling.{entry}.{key}"
@@ -135,35 +135,15 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
     """The simulated jobs of ``spec`` in arrival order (deterministic for ``spec.seed``).
 
     Raises:
-        ConfigError: a job whose work (cost x rows*features x jitter x work_scale) overflows.
+        ConfigError: a job whose work (cost x rows*features x jitter x work_scale) overflows,
+            or that would run longer than :data:`MAX_JOB_SECONDS`.
     """
     notes = notes if notes is not None else []
     templates = list(spec.jobs)
-    wl = settings.workload
-    picks: list[tuple[Any, float, str, float]] = []  # template, arrival, name, jitter sigma
-    if wl is None:
-        picks = [(t, t.arrival, t.name, 0.0) for t in templates]
-    else:
-        rng = np.random.default_rng([spec.seed, 1])
-        weights = np.array([wl.mix.get(t.name, 0.0 if wl.mix else 1.0) for t in templates])
-        weights = weights / weights.sum()
-        gaps = rng.exponential(wl.mean_gap, size=wl.jobs) if wl.mean_gap > 0 else np.zeros(wl.jobs)
-        gaps[0] = 0.0
-        arrivals = wl.start + np.cumsum(gaps)
-        which = rng.choice(len(templates), size=wl.jobs, p=weights)
-        width = len(str(wl.jobs - 1))
-        picks = [(templates[w], float(a), f"{templates[w].name}-{i:0{width}d}", wl.size_jitter)
-                 for i, (w, a) in enumerate(zip(which, arrivals, strict=True))]
+    picks = _picks(spec, settings, templates)
     utilities = {t.name: None if t.utility is None else validate_utility(t.utility, f"jobs[{i}].utility")
                  for i, t in enumerate(templates)}
-    used = {tpl.name for tpl, *_ in picks}
-    for t in templates:
-        if t.name not in used:  # no copy of it arrives (mix weight 0): nothing to note
-            continue
-        if t.stop.max_iterations is not None and t.stop.max_iterations > settings.max_iterations:
-            notes.append(f"job {t.name}: stop.max_iterations {t.stop.max_iterations} is above "
-                         f"simulation.max_iterations {settings.max_iterations}; its simulated "
-                         f"copies stop at {settings.max_iterations} iterations")
+    _note_iteration_caps(templates, {tpl.name for tpl, *_ in picks}, settings, notes)
     out: list[SimJob] = []
     conv_cache: dict[str, str] = {}
     cells_of: dict[str, float] = {}  # per template: its data file is read (or noted) once
@@ -178,56 +158,14 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
         factor = float(rng.lognormal(0.0, jitter)) if jitter > 0 else 1.0
         if tpl.name not in cells_of:
             cells_of[tpl.name] = _cells(tpl, notes)
-        cells = cells_of[tpl.name]
-        work = cost * cells * factor * settings.work_scale
-        if not math.isfinite(work):
-            raise ConfigError(
-                "simulation.work_scale", settings.work_scale,
-                f"job {name!r} ({tpl.algorithm}) would need {work} one-core seconds per "
-                f"iteration (cost {cost:g} s per row*feature x {cells:g} rows*features x size "
-                f"jitter {factor:.3g} x work_scale): lower simulation.work_scale, "
-                f"simulation.scaling.{tpl.algorithm}.cost (or default.cost) or "
-                "simulation.workload.size_jitter")
+        work = _work(name, tpl.algorithm, cost, cells_of[tpl.name], factor, settings)
         stop = stop_iteration(curve.losses, tpl.stop.max_iterations, tpl.stop.tolerance,
                               settings.max_iterations)
         scaling = ScalingModel(work=work, overhead=sc.overhead, comm=sc.comm)
         cores = min(tpl.max_cores or settings.capacity, settings.capacity)
-        best = work * math.log(2) / sc.comm if sc.comm > 0 else cores  # t(a) is least there
-        at = min((1, cores, max(1, min(cores, round(best)))), key=scaling.seconds)
-        alone = stop * scaling.seconds(at)
-        if alone > MAX_JOB_SECONDS and settings.horizon is None and settings.max_epochs is None:
-            fixed = sc.overhead + sc.comm * math.log2(at)
-            if fixed >= work / at:  # the per-iteration overhead, not the work, makes it long
-                key = _scaling_key(spec, tpl.algorithm, "overhead")
-                where, value = (key, sc.overhead) if key else (
-                    "simulation.max_iterations", settings.max_iterations)  # built-in overhead: the count
-                raise ConfigError(
-                    where, value,
-                    f"job {name!r} ({tpl.algorithm}) would take {alone:.3g} simulated seconds "
-                    f"alone ({stop} iterations of {fixed:.3g} s of overhead and communication "
-                    f"on {count(at, 'core')}, {work / at:.3g} s of work), more than {MAX_JOB_SECONDS:.0e}; "
-                    f"lower simulation.scaling.{tpl.algorithm}.overhead (or default.overhead), "
-                    "simulation.max_iterations or the job's stop.max_iterations, or set "
-                    "simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
-            raise ConfigError(
-                "simulation.work_scale", settings.work_scale,
-                f"job {name!r} ({tpl.algorithm}) would take {alone:.3g} simulated seconds alone on "
-                f"its best core count ({stop} iterations of {work:.3g} one-core seconds), more "
-                f"than {MAX_JOB_SECONDS:.0e}; lower simulation.work_scale, "
-                f"simulation.scaling.{tpl.algorithm}.cost or simulation.workload.size_jitter, or "
-                "set simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
-        widest = stop * scaling.seconds(cores)  # a policy may give it every core it can take
-        if widest > MAX_JOB_SECONDS and settings.horizon is None and settings.max_epochs is None:
-            key = _scaling_key(spec, tpl.algorithm, "comm")
-            where, value = (key, sc.comm) if key else ("simulation.max_iterations", settings.max_iterations)
-            raise ConfigError(
-                where, value,
-                f"job {name!r} ({tpl.algorithm}) would take {widest:.3g} simulated seconds on "
-                f"{count(cores, 'core')}, which a policy may give it ({stop} iterations of "
-                f"{scaling.seconds(cores):.3g} s, {sc.comm * math.log2(cores):.3g} s of them "
-                f"communication), more than {MAX_JOB_SECONDS:.0e}; lower "
-                f"simulation.scaling.{tpl.algorithm}.comm (or default.comm) or the job's max_cores, "
-                "or set simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
+        if settings.horizon is None and settings.max_epochs is None:
+            _check_alone(spec, settings, name, tpl.algorithm, scaling, stop, cores)
+            _check_widest(spec, settings, name, tpl.algorithm, scaling, stop, cores)
         out.append(SimJob(
             name=name,
             algorithm=tpl.algorithm,
@@ -245,3 +183,99 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
         ))
     out.sort(key=lambda j: (j.arrival, j.name))
     return out
+
+
+def _picks(spec: Any, settings: SimSettings, templates: list[Any]) -> list[tuple[Any, float, str, float]]:
+    """``(template, arrival, name, size jitter sigma)`` of every job: the ``jobs:`` list as
+    given, or the Poisson arrivals of ``simulation.workload``."""
+    wl = settings.workload
+    if wl is None:
+        return [(t, t.arrival, t.name, 0.0) for t in templates]
+    rng = np.random.default_rng([spec.seed, 1])
+    weights = np.array([wl.mix.get(t.name, 0.0 if wl.mix else 1.0) for t in templates])
+    weights = weights / weights.sum()
+    gaps = rng.exponential(wl.mean_gap, size=wl.jobs) if wl.mean_gap > 0 else np.zeros(wl.jobs)
+    gaps[0] = 0.0
+    arrivals = wl.start + np.cumsum(gaps)
+    which = rng.choice(len(templates), size=wl.jobs, p=weights)
+    width = len(str(wl.jobs - 1))
+    return [(templates[w], float(a), f"{templates[w].name}-{i:0{width}d}", wl.size_jitter)
+            for i, (w, a) in enumerate(zip(which, arrivals, strict=True))]
+
+
+def _note_iteration_caps(templates: list[Any], used: set[str], settings: SimSettings,
+                         notes: list[str]) -> None:
+    """Note the templates in use whose ``stop.max_iterations`` is above the simulator's cap."""
+    for t in templates:
+        if t.name not in used:  # no copy of it arrives (mix weight 0): nothing to note
+            continue
+        if t.stop.max_iterations is not None and t.stop.max_iterations > settings.max_iterations:
+            notes.append(f"job {t.name}: stop.max_iterations {t.stop.max_iterations} is above "
+                         f"simulation.max_iterations {settings.max_iterations}; its simulated "
+                         f"copies stop at {settings.max_iterations} iterations")
+
+
+def _work(name: str, algorithm: str, cost: float, cells: float, factor: float,
+          settings: SimSettings) -> float:
+    """One-core seconds per iteration of job ``name``; ConfigError if that overflows."""
+    work = cost * cells * factor * settings.work_scale
+    if not math.isfinite(work):
+        raise ConfigError(
+            "simulation.work_scale", settings.work_scale,
+            f"job {name!r} ({algorithm}) would need {work} one-core seconds per "
+            f"iteration (cost {cost:g} s per row*feature x {cells:g} rows*features x size "
+            f"jitter {factor:.3g} x work_scale): lower simulation.work_scale, "
+            f"simulation.scaling.{algorithm}.cost (or default.cost) or "
+            "simulation.workload.size_jitter")
+    return work
+
+
+def _check_alone(spec: Any, settings: SimSettings, name: str, algorithm: str,
+                 scaling: ScalingModel, stop: int, cores: int) -> None:
+    """ConfigError if the job would run longer than :data:`MAX_JOB_SECONDS` alone on its best
+    core count, naming the overhead when that, not the work, makes it long."""
+    work = scaling.work
+    best = work * math.log(2) / scaling.comm if scaling.comm > 0 else cores  # t(a) is least there
+    at = min((1, cores, max(1, min(cores, round(best)))), key=scaling.seconds)
+    alone = stop * scaling.seconds(at)
+    if alone <= MAX_JOB_SECONDS:
+        return
+    fixed = scaling.overhead + scaling.comm * math.log2(at)
+    if fixed >= work / at:  # the per-iteration overhead, not the work, makes it long
+        key = _scaling_key(spec, algorithm, "overhead")
+        where, value = (key, scaling.overhead) if key else (
+            "simulation.max_iterations", settings.max_iterations)  # built-in overhead: the count
+        raise ConfigError(
+            where, value,
+            f"job {name!r} ({algorithm}) would take {alone:.3g} simulated seconds "
+            f"alone ({stop} iterations of {fixed:.3g} s of overhead and communication "
+            f"on {count(at, 'core')}, {work / at:.3g} s of work), more than {MAX_JOB_SECONDS:.0e}; "
+            f"lower simulation.scaling.{algorithm}.overhead (or default.overhead), "
+            "simulation.max_iterations or the job's stop.max_iterations, or set "
+            "simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
+    raise ConfigError(
+        "simulation.work_scale", settings.work_scale,
+        f"job {name!r} ({algorithm}) would take {alone:.3g} simulated seconds alone on "
+        f"its best core count ({stop} iterations of {work:.3g} one-core seconds), more "
+        f"than {MAX_JOB_SECONDS:.0e}; lower simulation.work_scale, "
+        f"simulation.scaling.{algorithm}.cost or simulation.workload.size_jitter, or "
+        "set simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
+
+
+def _check_widest(spec: Any, settings: SimSettings, name: str, algorithm: str,
+                  scaling: ScalingModel, stop: int, cores: int) -> None:
+    """ConfigError if the job would run longer than :data:`MAX_JOB_SECONDS` on every core it
+    can take (a policy may give it them), naming the communication cost."""
+    widest = stop * scaling.seconds(cores)
+    if widest <= MAX_JOB_SECONDS:
+        return
+    key = _scaling_key(spec, algorithm, "comm")
+    where, value = (key, scaling.comm) if key else ("simulation.max_iterations", settings.max_iterations)
+    raise ConfigError(
+        where, value,
+        f"job {name!r} ({algorithm}) would take {widest:.3g} simulated seconds on "
+        f"{count(cores, 'core')}, which a policy may give it ({stop} iterations of "
+        f"{scaling.seconds(cores):.3g} s, {scaling.comm * math.log2(cores):.3g} s of them "
+        f"communication), more than {MAX_JOB_SECONDS:.0e}; lower "
+        f"simulation.scaling.{algorithm}.comm (or default.comm) or the job's max_cores, "
+        "or set simulation.horizon, simulation.max_epochs or --max-epochs to simulate part of it")
