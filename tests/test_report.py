@@ -12,10 +12,11 @@ import pytest
 
 from slaq_mpi.cli.report import add_cli, format_table, load_runs
 from slaq_mpi.config import experiment as config
+from slaq_mpi.config.saved import read_run
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.report.evaluation import common_l_star, makespan
 from slaq_mpi.sim import run_policies
-from slaq_mpi.sim.h5io import read_metrics, write_metrics
+from slaq_mpi.storage.metrics import read_metrics, write_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -111,7 +112,7 @@ def test_a_glob_over_runs_and_their_plots_reads_the_runs(sim_dir: Path, tmp_path
         load_runs([tmp_path / "avg_normalized_loss.png"])
     # a run killed while writing its first metrics.h5 is named, not left out silently
     (tmp_path / "slaq").mkdir()
-    (tmp_path / "slaq" / ".metrics.h5.tmp4242").write_bytes(b"\x89HDF")
+    (tmp_path / "slaq" / "metrics.h5.tmp4242").write_bytes(b"\x89HDF")
     (tmp_path / "not-a-run").mkdir()
     assert sorted(load_runs([tmp_path])) == ["fair", "fifo"]
     assert capsys.readouterr().err == ("slaq: note: skipped runs that stopped before they first saved "
@@ -145,7 +146,7 @@ def test_a_real_runs_utilities_come_from_its_config(sim_dir: Path, tmp_path: Pat
     for job in run.jobs.values():
         job.utility = None  # slaq run writes no utility attribute
     write_metrics(tmp_path / "m.h5", run)
-    back = read_metrics(tmp_path / "m.h5")
+    back = read_run(tmp_path / "m.h5")
     assert back.jobs[name].utility == {"value": 10.0, "deadline": 60.0, "decay": 30.0}
     assert all(j.utility is None for n, j in back.jobs.items() if n != name)
 

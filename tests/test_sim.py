@@ -457,7 +457,7 @@ def test_a_failed_metrics_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_p
     from dataclasses import replace
 
     from slaq_mpi.policies import get_policy
-    from slaq_mpi.sim.h5io import read_metrics, write_metrics
+    from slaq_mpi.storage.metrics import read_metrics, write_metrics
 
     run = simulate([linear_job()], get_policy("fair"), capacity=2, epoch_seconds=1.0)
     path = tmp_path / "metrics.h5"

@@ -13,8 +13,9 @@ import yaml
 
 from slaq_mpi.cli import build_parser
 from slaq_mpi.cli.simulate import JSON_KEYS
+from slaq_mpi.config.saved import read_run
 from slaq_mpi.sim import ScalingModel, compare_with_run, fit_scaling
-from slaq_mpi.sim.h5io import read_metrics
+from slaq_mpi.storage.metrics import read_metrics
 
 CONFIG = {
     "name": "clitest", "epoch_seconds": 1.0, "policy": "fair", "ranks": 9, "seed": 5,
@@ -211,7 +212,7 @@ def test_sim_check_gives_the_jobs_their_utility_specs(tmp_path: Path) -> None:
     as_real_run(tmp_path / "o" / "utility")  # a real run's metrics hold no utility attribute
     with h5py.File(tmp_path / "o" / "utility" / "metrics.h5") as f:
         assert "utility" not in f["jobs/urgent"].attrs
-    real = read_metrics(tmp_path / "o" / "utility")  # ... so they come from its config
+    real = read_run(tmp_path / "o" / "utility")  # ... so they come from its config
     assert real.policy == "utility" and real.jobs["urgent"].utility == {"value": 10.0, "deadline": 8.0,
                                                                          "decay": 4.0}
     cmp = compare_with_run(tmp_path / "o" / "utility", epoch_model="fluid")

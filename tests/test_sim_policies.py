@@ -14,7 +14,7 @@ from slaq_mpi.policies.snapshot import ClusterSnapshot
 from slaq_mpi.report.evaluation import common_l_star
 from slaq_mpi.report.summary import summarize
 from slaq_mpi.sim import run_policies
-from slaq_mpi.sim.h5io import read_metrics, write_metrics
+from slaq_mpi.storage.metrics import read_metrics, write_metrics
 
 URGENT = {"value": 10, "deadline": 30, "decay": 10}
 

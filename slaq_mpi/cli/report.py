@@ -134,7 +134,7 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
             # a run killed before its first complete save has its state or a partial file only
             unsaved.extend(str(d) for d in sorted(p.iterdir()) if d.is_dir()
                            and not (d / "metrics.h5").exists()
-                           and ((d / "state.json").exists() or any(d.glob(".metrics.h5.tmp*"))))
+                           and ((d / "state.json").exists() or any(d.glob("metrics.h5.tmp*"))))
         else:
             raise ConfigError("RUN_DIR", str(p), "must be a run directory holding metrics.h5 "
                               "(or directories that do)")
@@ -156,9 +156,9 @@ def load_runs(paths: Sequence[str | Path]) -> dict[str, RunData]:
     """Read every run; keys are unique labels: the policy, with ``(run)`` or ``(simulate)``
     when real and simulated runs are read together (so ``slaq vs fair`` never compares a real
     run with a simulation), and with the run's directory when a policy is repeated."""
-    from slaq_mpi.sim.h5io import read_metrics
+    from slaq_mpi.config.saved import read_run
 
-    loaded = [(path, observed(read_metrics(path))) for path in find_runs(paths)]
+    loaded = [(path, observed(read_run(path))) for path in find_runs(paths)]
     mixed = len({run.mode for _, run in loaded}) > 1
     bases = [f"{run.policy} ({run.mode})" if mixed else run.policy for _, run in loaded]
     runs: dict[str, RunData] = {}

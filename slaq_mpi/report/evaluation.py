@@ -1,7 +1,8 @@
 """The paper's evaluation metrics as pure functions of a run's traces.
 
-A run (real or simulated) is a :class:`RunData`: per job the loss of every iteration and the
-time it ended, plus the allocation of every epoch. The metrics (docs/simulation.md, "Metrics"):
+A run (real or simulated) is a :class:`~slaq_mpi.storage.metrics_schema.RunData`, its
+metrics.h5 in memory: per job the loss of every iteration and the time it ended, plus the
+allocation of every epoch. The metrics (docs/simulation.md, "Metrics"):
 
 * normalized loss of a job at time t: ``(L(t) - L*) / (L_0 - L*)``; it is 1.0 from the job's
   arrival until its first iteration has been reported, then the normalized loss of the latest
@@ -17,16 +18,12 @@ time it ended, plus the allocation of every epoch. The metrics (docs/simulation.
   tail of nearly converged jobs is not averaged in (it would reward finishing late). One
   run alone is averaged over its own window;
 * normalized loss job-seconds: every job's normalized loss integrated over its active time in
-  the window, summed over jobs (:func:`normalized_loss_job_seconds`). The average above is taken
-  over the jobs still active, so it falls when a nearly converged job stays active longer;
-  the job-seconds rise only by that job's small remaining loss. :func:`mean_active_jobs`
-  shows how many were active;
+  the window, summed over jobs (:func:`normalized_loss_job_seconds`); :func:`mean_active_jobs`,
+  how many were active;
 * time to X% loss reduction: from arrival until the end of the first iteration whose normalized
   loss is <= 1 - X/100 (NaN if never reached: such jobs are left out of means and medians and
   counted in ``reached_X``);
 * completion time (JCT): from a finished job's arrival to its end (:func:`completion_times`).
-  The average normalized loss can fall when a converged job is kept waiting for its stop rule;
-  the completion time shows what that costs the job's owner.
 
 **The choice of L\\***: runs of the same jobs compared together must use the same L\\* per job.
 :func:`common_l_star` takes, per job name, the lowest loss known in ANY of the runs given: the
@@ -34,20 +31,20 @@ minimum over every run's observed losses and every recorded converged loss (the 
 ``l_star``). In simulation that is the curve's converged loss; for real runs it is the best loss
 that job reached under any policy compared.
 
-The policy-comparison metrics (utility, finish-time fairness, speedup) are in
-:mod:`slaq_mpi.report.fairness`; the table of every scalar metric a report shows, and the functions that
-fill it for a run or a comparison, in :mod:`slaq_mpi.report.summary`.
+Utility, finish-time fairness and speedups are in :mod:`slaq_mpi.report.fairness`; the table
+of every metric a report shows, in :mod:`slaq_mpi.report.summary`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from slaq_mpi.runtime.plan import epoch_length
+from slaq_mpi.runtime.timing import epoch_length
+from slaq_mpi.storage.metrics_schema import JobTrace, RunData
 
 __all__ = [
     "JobTrace",
@@ -75,57 +72,6 @@ __all__ = [
 ]
 
 LOSS_GROUPS = ("high", "medium", "low")
-
-
-@dataclass
-class JobTrace:
-    """Everything recorded about one job of a run (the ``/jobs/<name>`` group of metrics.h5).
-
-    ``utility`` is the job's validated ``utility:`` spec (None: it has none); ``scaling`` is
-    its true ``(work, overhead, comm)`` seconds-per-iteration model (simulator only; real runs
-    fit one from ``throughput``).
-    """
-
-    name: str
-    algorithm: str
-    arrival: float
-    loss: np.ndarray
-    time: np.ndarray
-    cores: np.ndarray
-    iter_seconds: np.ndarray
-    start: float = math.nan
-    end: float = math.nan
-    status: str = "waiting"
-    reason: str = ""
-    convergence: str = "unknown"
-    l_star: float | None = None
-    max_cores: int = 0
-    attained_core_seconds: float = 0.0
-    throughput: np.ndarray | None = None
-    utility: dict[str, float] | None = None
-    scaling: tuple[float, float, float] | None = None
-
-
-@dataclass
-class RunData:
-    """One run of an experiment under one policy (the whole metrics.h5)."""
-
-    name: str
-    policy: str
-    seed: int
-    capacity: int
-    epoch_seconds: float
-    mode: str
-    config: str
-    jobs: dict[str, JobTrace]
-    job_names: list[str]
-    epoch_time: np.ndarray
-    alloc: np.ndarray
-    decision_ms: np.ndarray
-    pause_ms: np.ndarray
-    moved: np.ndarray | None = None
-    extra: dict[str, float] = field(default_factory=dict)
-    stopped: float = math.nan  # when it stopped observing, once :func:`observed` has found it
 
 
 # --- per-job functions ----------------------------------------------------------------------

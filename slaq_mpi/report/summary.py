@@ -136,7 +136,6 @@ def summarize(run: RunData, l_star: Mapping[str, float],
     finally:
         for memo in _MEMOS:
             memo.clear()
-    out.update(run.extra)
     return out
 
 

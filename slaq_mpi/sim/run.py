@@ -11,16 +11,17 @@ from typing import Any
 import numpy as np
 
 from slaq_mpi._text import count
+from slaq_mpi.config.saved import read_run
 from slaq_mpi.errors import DataError
 from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.utility import validate_utility
-from slaq_mpi.report.evaluation import RunData, observed_end
+from slaq_mpi.report.evaluation import observed_end
 from slaq_mpi.sim.curves import CurveLibrary, extend
 from slaq_mpi.sim.engine import simulate
-from slaq_mpi.sim.h5io import read_metrics, write_metrics
 from slaq_mpi.sim.scaling import ScalingModel, fit_scaling
 from slaq_mpi.sim.settings import SimSettings, parse_settings
 from slaq_mpi.sim.workload import SimJob, build_workload, stop_iteration
+from slaq_mpi.storage.metrics import JobTrace, RunData, write_metrics
 
 __all__ = ["Comparison", "compare_with_run", "prepare", "read_real_run", "run_policies",
            "share_difference"]
@@ -117,13 +118,39 @@ def read_real_run(run_dir: str | Path) -> RunData:
     copies of them, ``urgent-03``), so it cannot be calibrated as a real run is.
 
     Raises:
-        DataError: not a metrics file (:func:`read_metrics`), or one of ``slaq simulate``.
+        DataError: not a metrics file (:func:`~slaq_mpi.config.saved.read_run`), or one of
+            ``slaq simulate``.
     """
-    real = read_metrics(run_dir)
+    real = read_run(run_dir)
     if real.mode == "simulate":
         raise DataError(f"{run_dir} is a simulated run (its metrics.h5 has mode 'simulate'); "
                         "sim-check compares a real run (slaq run) with its simulation")
     return real
+
+
+def _replayed_job(tr: JobTrace, tpl: Any, model: ScalingModel, capacity: int,
+                  utility: dict[str, float] | None) -> SimJob | None:
+    """A real run's job as the simulator replays it: the losses it reported (to where it
+    failed, or on to its stop rule), at the scaling ``model`` fitted to it; None for a job
+    that failed before reporting a finite loss. ``tpl`` is its ``jobs:`` entry (None: none)."""
+    curve = np.asarray(tr.loss, dtype=np.float64)
+    stop = tpl.stop if tpl is not None else None
+    if tr.status == "failed":  # it ended where it failed (its last loss may be NaN/inf)
+        n_stop = len(curve)
+        curve = curve[np.isfinite(curve)]
+        if len(curve) == 0:
+            return None
+    else:
+        n_stop = stop_iteration(curve, stop.max_iterations if stop else None,
+                                stop.tolerance if stop else None, len(curve))
+        if tr.status != "done":
+            n_stop = max(n_stop, len(curve))
+    return SimJob(
+        name=tr.name, algorithm=tr.algorithm, convergence=tr.convergence, arrival=tr.arrival,
+        curve=extend(curve, n_stop + 1), l_star=float(np.min(curve)), scaling=model,
+        max_cores=min((tpl.max_cores if tpl and tpl.max_cores else capacity), capacity),
+        stop_iter=n_stop, max_iterations=stop.max_iterations if stop else None, utility=utility,
+    )
 
 
 def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None = None,
@@ -154,33 +181,15 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
     fitted: dict[str, ScalingModel] = {}
     jobs: list[SimJob] = []
     for name, tr in real.jobs.items():
-        tpl = templates.get(name)
         if len(tr.loss) == 0:
             continue
         try:
-            model = fit_scaling(zip(tr.cores.tolist(), tr.iter_seconds.tolist(), strict=True))
+            fitted[name] = fit_scaling(zip(tr.cores.tolist(), tr.iter_seconds.tolist(), strict=True))
         except ValueError:
-            model = ScalingModel(work=1.0)
-        fitted[name] = model
-        curve = np.asarray(tr.loss, dtype=np.float64)
-        stop = tpl.stop if tpl is not None else None
-        if tr.status == "failed":  # it ended where it failed (its last loss may be NaN/inf)
-            n_stop = len(curve)
-            curve = curve[np.isfinite(curve)]
-            if len(curve) == 0:
-                continue
-        else:
-            n_stop = stop_iteration(curve, stop.max_iterations if stop else None,
-                                    stop.tolerance if stop else None, len(curve))
-            if tr.status != "done":
-                n_stop = max(n_stop, len(curve))
-        jobs.append(SimJob(
-            name=name, algorithm=tr.algorithm, convergence=tr.convergence, arrival=tr.arrival,
-            curve=extend(curve, n_stop + 1), l_star=float(np.min(curve)), scaling=model,
-            max_cores=min((tpl.max_cores if tpl and tpl.max_cores else real.capacity), real.capacity),
-            stop_iter=n_stop, max_iterations=stop.max_iterations if stop else None,
-            utility=utilities.get(name),
-        ))
+            fitted[name] = ScalingModel(work=1.0)
+        job = _replayed_job(tr, templates.get(name), fitted[name], real.capacity, utilities.get(name))
+        if job is not None:
+            jobs.append(job)
     jobs.sort(key=lambda j: (j.arrival, j.name))
     policy = get_policy(real.policy, **(dict(spec.policy_params) if real.policy == spec.policy else {}))
     end = observed_end(real)  # the simulation covers what the real run observed
