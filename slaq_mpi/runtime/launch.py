@@ -101,7 +101,7 @@ def finished_status(run_dir: Path) -> int | None:
         finished = bool(json.loads((run_dir / "state.json").read_text()).get("finished"))
         if not finished:
             return None
-        from slaq_mpi.sim.h5io import read_metrics
+        from slaq_mpi.storage.metrics import read_metrics
 
         jobs = read_metrics(run_dir).jobs.values()
     except (OSError, ValueError, AttributeError):
