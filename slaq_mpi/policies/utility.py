@@ -51,8 +51,8 @@ import numpy as np
 from slaq_mpi.brain.allocate import water_fill
 from slaq_mpi.brain.forecast import build_forecast
 from slaq_mpi.brain.outlook import build_outlook, min_cores_within
-from slaq_mpi.config.values import number
-from slaq_mpi.errors import NO_VALUE, ConfigError
+from slaq_mpi.config.schema import LEFT_OUT, Key, Schema, numbers
+from slaq_mpi.errors import ConfigError
 from slaq_mpi.policies._params import curve_memo
 from slaq_mpi.policies._share import job_cap
 from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
@@ -60,7 +60,12 @@ from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 __all__ = ["UTILITY_KEYS", "UtilityPolicy", "utility_at", "validate_utility"]
 
 UTILITY_KEYS = ("value", "deadline", "decay")
-_ALLOWED = "a mapping {value: >= 0, deadline: seconds >= 0 (optional), decay: seconds >= 0 (optional)}"
+_SCHEMA = Schema({
+    "value": Key(numbers(0.0), required="this key is required: what finishing the job is worth"),
+    "deadline": Key(numbers(0.0), nullable=True, default=LEFT_OUT),
+    "decay": Key(numbers(0.0), default=0.0),
+}, shape="must be a mapping {value: >= 0, deadline: seconds >= 0 (optional), decay: seconds >= 0 "
+   "(optional)}")
 _GRID = 40  # candidate core counts per job (geometric), besides the deadline-meeting one
 
 
@@ -71,18 +76,7 @@ def validate_utility(raw: Any, where: str) -> dict[str, float]:
         ConfigError: not a mapping, an unknown key, ``value`` missing, a value that is not a
             finite number >= 0, or a nonzero ``decay`` without ``deadline``.
     """
-    if not isinstance(raw, Mapping):
-        raise ConfigError(where, raw, f"must be {_ALLOWED}")
-    for key in raw:
-        if key not in UTILITY_KEYS:
-            raise ConfigError(f"{where}.{key}", NO_VALUE,
-                              f"unknown key; allowed keys: {', '.join(UTILITY_KEYS)}")
-    if "value" not in raw:
-        raise ConfigError(f"{where}.value", NO_VALUE, "this key is required: what finishing the job is worth")
-    out = {"value": number(raw["value"], f"{where}.value", 0.0)}
-    if raw.get("deadline") is not None:
-        out["deadline"] = number(raw["deadline"], f"{where}.deadline", 0.0)
-    out["decay"] = number(raw.get("decay", 0.0), f"{where}.decay", 0.0)
+    out = _SCHEMA.parse(raw, where)
     if out["decay"] > 0 and "deadline" not in out:
         raise ConfigError(f"{where}.decay", raw["decay"], "needs a deadline to decay after")
     return out
