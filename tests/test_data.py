@@ -601,3 +601,75 @@ def test_a_tilde_in_config_paths_is_the_home_directory(tmp_path: Path,
     assert spec.jobs[0].dataset.path == str(home / "d.h5")
     assert home / "solvers" / "mine.py" in config.input_files(spec)
     assert not (tmp_path / "~").exists()  # no directory named ~ here
+
+
+def test_a_pandas_header_of_column_numbers_is_a_header_with_a_note(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "p.csv"
+    src.write_text("0,1,2,3\n1.5,2,3,0\n4,5,6,1\n")  # pandas.DataFrame(X).to_csv(index=False)
+    out = tmp_path / "p.h5"
+    assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "-1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"{src}: line 1 is a header, skipped: it numbers the columns 0..3, as pandas "
+                        "writes them (--no-header reads it as data)")
+    assert lines[1] == f"{out}: 2 rows x 3 features, dense, with labels"
+    shard = read_shard(out, 0, 1)
+    np.testing.assert_array_equal(shard.X, [[1.5, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(shard.y, [0, 1])
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "d.h5"), "--no-header"]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'd.h5'}: 3 rows x 4 features, dense, no labels\n"
+    np.testing.assert_array_equal(read_shard(tmp_path / "d.h5", 0, 1).X[0], [0, 1, 2, 3])
+    src.write_text("0,2,1\n1,2,3\n")  # not the column numbers in order: data
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "n.h5")]) == 0
+    assert capsys.readouterr().out.startswith(f"{src}: line 1 is data: some of its cells are numbers")
+    assert read_shard(tmp_path / "n.h5", 0, 1).n_rows == 2
+
+
+def test_a_header_of_names_and_numbers_is_refused_naming_header_detection(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "m.csv"
+    src.write_text("id,2019,2020,label\n1,2,3,0\n4,5,6,1\n")
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "a.h5"), "--label-column", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"slaq: error: {src}:1: column 0 is 'id', not a number; header detection read it "
+                   "as data, since some of its cells are numbers: give --header if line 1 is a header\n")
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "a.h5"), "--label-column", "-1",
+                      "--no-header"]) == 2
+    assert "--no-header reads it as data: give --header" in capsys.readouterr().err
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "a.h5"), "--label-column", "-1",
+                      "--header"]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'a.h5'}: 2 rows x 3 features, dense, with labels\n"
+    np.testing.assert_array_equal(read_shard(tmp_path / "a.h5", 0, 1).y, [0, 1])
+
+
+def test_csv_header_detection_says_what_it_decided(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "t.csv"
+    src.write_text("\nx,y\n1,2\n")
+    assert slaq_main(["data", "convert", str(src), str(tmp_path / "t.h5")]) == 0
+    note = capsys.readouterr().out.splitlines()[0]
+    assert note == (f"{src}: line 2 is a header, skipped: none of its cells is a number "
+                    "(--no-header reads it as data)")
+    (tmp_path / "a.svm").write_text("1 1:2\n")
+    assert slaq_main(["data", "convert", str(tmp_path / "a.svm"), str(tmp_path / "s.h5"), "--header"]) == 2
+    assert capsys.readouterr().err == ("slaq: error: --header: applies to CSV input only; libsvm input "
+                                       "has no header line\n")
+
+
+def test_a_refusal_names_the_format_guessed_from_the_extension(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "t.txt"
+    src.write_text("a,b,label\n1,2,0\n3,4,1\n")
+    out = tmp_path / "t.h5"
+    assert slaq_main(["data", "convert", str(src), str(out)]) == 2
+    assert capsys.readouterr().err == (f"slaq: error: {src}:1: the label 'a,b,label' is not a number; "
+                                       "guessed libsvm from the extension '.txt'; use --format csv\n")
+    assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.endswith("guessed libsvm from the extension '.txt'; use --format csv\n"), err
+    assert slaq_main(["data", "convert", str(src), str(out), "--label-column", "-1", "--format", "csv"]) == 0
+    with open(tmp_path / "a.dat", "wb") as fh:  # a .npy file by another name
+        np.save(fh, np.zeros((2, 2)))
+    assert slaq_main(["data", "convert", str(tmp_path / "a.dat"), str(tmp_path / "a.h5")]) == 2
+    assert capsys.readouterr().err.endswith("guessed libsvm from the extension '.dat'; use --format npy\n")
+    (tmp_path / "bad.svm").write_text("1 1:2\n0 x\n")  # the extension and the content agree: no guess named
+    assert slaq_main(["data", "convert", str(tmp_path / "bad.svm"), str(tmp_path / "b.h5")]) == 2
+    assert capsys.readouterr().err == (f"slaq: error: {tmp_path / 'bad.svm'}:2: cannot parse 'x'; "
+                                       "want INDEX:VALUE\n")

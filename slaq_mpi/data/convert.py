@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from slaq_mpi.data.csv import csv_rows, floats, is_number
+from slaq_mpi.data.csv import csv_rows, floats, scan
 from slaq_mpi.data.datasets import CHUNK_ROWS, DatasetSpec, RowWriter, inspect
 from slaq_mpi.data.generators import (
     GENERATORS,
@@ -29,7 +29,34 @@ from slaq_mpi.data.generators import (
 from slaq_mpi.data.libsvm import libsvm_lines
 from slaq_mpi.errors import ConfigError, DataError
 
-__all__ = ["convert_csv", "convert_libsvm", "convert_npy", "make"]
+__all__ = ["FORMATS", "convert_csv", "convert_libsvm", "convert_npy", "format_from_content",
+           "format_from_extension", "make"]
+
+FORMATS = ("libsvm", "csv", "npy")
+_EXTENSIONS = {".csv": "csv", ".npy": "npy", ".svm": "libsvm", ".libsvm": "libsvm"}
+
+
+def format_from_extension(path: Path) -> tuple[str, bool]:
+    """The input format of ``path`` by its extension (``.csv``, ``.npy``, ``.svm`` and
+    ``.libsvm``; anything else is taken for LibSVM), and whether the extension named it."""
+    fmt = _EXTENSIONS.get(path.suffix.lower())
+    return (fmt, True) if fmt else ("libsvm", False)
+
+
+def format_from_content(path: Path) -> str | None:
+    """The format the start of ``path`` looks like: ``npy`` (its magic string), ``csv`` (a
+    comma in the first line), ``libsvm`` (an INDEX:VALUE pair in it); None if unsure."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    line = next((ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith(b"#")), b"")
+    if b"," in line:
+        return "csv"
+    return "libsvm" if b":" in line else None
 
 
 def make(kind: str, out: Path, rows: int, features: int, seed: int = 0, **options: Any) -> None:
@@ -155,33 +182,24 @@ def _csr_chunk(buf: list[tuple[float, list[int], list[float]]], n_feat: int,
 
 # --- CSV ---------------------------------------------------------------------------------------
 
-def convert_csv(src: Path, out: Path, label_column: int | None = None) -> None:
-    """Convert a numeric CSV file to a dense HDF5 file. A first line none of whose cells is a
-    number is a header and skipped; any other line must be all finite numbers."""
-    rows, width, header = 0, -1, False
-    for lineno, cells in csv_rows(src):
-        if rows == 0 and width < 0:
-            width = len(cells)
-            if not any(is_number(c) for c in cells):
-                header = True
-                continue
-        elif len(cells) != width:
-            raise DataError(f"{src}:{lineno}: {len(cells)} columns; the first line has {width}")
-        floats(src, lineno, cells)
-        rows += 1
-    if rows == 0:
+def convert_csv(src: Path, out: Path, label_column: int | None = None,
+                header: bool | None = None) -> None:
+    """Convert a numeric CSV file to a dense HDF5 file. ``header``: whether the first line is a
+    header (skipped); None decides (:func:`slaq_mpi.data.csv.header_decision`). Every other
+    line must be all finite numbers."""
+    shape = scan(src, header)
+    if shape.rows == 0:
         raise DataError(f"{src}: no data lines")
-    lab = _label_index(label_column, width)
-    feats = width - (lab is not None)
+    lab = _label_index(label_column, shape.width)
+    feats = shape.width - (lab is not None)
     if feats < 1:
         raise DataError(f"{src}: no feature columns besides the label")
     with _Output(out) as f:
-        writer = RowWriter(f, rows, feats)
+        writer = RowWriter(f, shape.rows, feats)
         buf: list[list[float]] = []
-        lines = csv_rows(src)
-        if header:
-            next(lines)
-        for lineno, cells in lines:
+        for lineno, cells in csv_rows(src):
+            if lineno == shape.header_line:
+                continue
             buf.append(floats(src, lineno, cells))
             if len(buf) == CHUNK_ROWS:
                 writer.append(*_split_label(np.array(buf), lab))
