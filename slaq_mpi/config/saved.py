@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from slaq_mpi.config.experiment import yaml_loader
+from slaq_mpi.config.yaml_loader import yaml_loader
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.policies.utility import validate_utility
 from slaq_mpi.storage.metrics import RunData, read_metrics
