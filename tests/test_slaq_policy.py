@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slaq_mpi.policies import get_policy
 from slaq_mpi.brain.allocate import allocate_by_gain, greedy_allocate, water_fill
+from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.slaq import SlaqPolicy
 from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
