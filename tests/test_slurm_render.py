@@ -109,7 +109,8 @@ def _rendered(which: str) -> tuple[str, Path]:
         return (render_sbatch(s, config="/home/me/paper.yaml", run_dir="/scratch/me/slaq/runs/paper"),
                 GOLDEN / "full.sbatch")
     s = settings_from_mapping(MPIEXEC, ranks=4, epoch_seconds=1.0, name="small")
-    return render_sbatch(s, config="/tmp/x y/small.yaml", run_dir="/tmp/x y/runs/small"), GOLDEN / "mpiexec.sbatch"
+    return (render_sbatch(s, config="/tmp/x y/small.yaml", run_dir="/tmp/x y/runs/small"),
+            GOLDEN / "mpiexec.sbatch")
 
 
 @pytest.mark.parametrize("which", sorted(_MUST))
@@ -386,10 +387,15 @@ def test_submit_resumes_only_an_unfinished_run_of_the_same_config(
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(cfg.read_text().replace("ranks: 4", "ranks: 5"))
     (run / "state.json").write_text('{"epoch": 3, "elapsed": 6.0, "finished": false}')
-    for dry in ([], ["--dry-run"]):
-        assert cli.main(["submit", str(cfg), *dry]) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "holds an earlier run of another config" in err, err
+    assert cli.main(["submit", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds an earlier run of another config" in err, err
+    assert cli.main(["submit", str(cfg), "--dry-run"]) == 0  # the script, and what a submit refuses
+    captured = capsys.readouterr()
+    assert captured.out.startswith("#!/bin/bash\n") and f"RUN_DIR={run}" in captured.out
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith("slaq: note: slaq submit would refuse it: output_dir: ")
+    assert "holds an earlier run of another config" in captured.err
     assert fake.calls == []
     (run / "config.yaml").write_text(cfg.read_text())  # the same config, not finished: resumed
     assert cli.main(["submit", str(cfg)]) == 0
@@ -415,14 +421,63 @@ def test_submit_resumes_only_an_unfinished_run_of_the_same_config(
     assert fake.calls == []
 
 
-def test_dry_run_checks_what_a_submit_checks(monkeypatch: pytest.MonkeyPatch, no_subprocess: None,
-                                             tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({}))
+def test_dry_run_prints_the_script_and_notes_what_a_submit_would_refuse(
+        monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({})
+    monkeypatch.setattr(slurm, "run_cmd", fake)
     monkeypatch.chdir(tmp_path)
     cfg = _write_config(tmp_path, slurm={"output": "nologs/%x-%j.out"})
+    assert cli.main(["submit", str(cfg)]) == 2
+    refusal = capsys.readouterr().err
+    assert refusal.startswith("slaq: error: slurm.output: 'nologs/%x-%j.out' is not allowed; its "
+                              f"directory {tmp_path / 'nologs'} does not exist"), refusal
+    assert cli.main(["submit", str(cfg), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("#!/bin/bash\n") and "#SBATCH --output=nologs/%x-%j.out" in captured.out
+    assert captured.err == refusal.replace("slaq: error: ", "slaq: note: slaq submit would refuse it: ")
+    assert fake.calls == []
+    # the README's sequence: a dry run after the run finished in the output_dir
+    run = tmp_path / "runs" / "tiny"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(_write_config(tmp_path).read_text())
+    (run / "state.json").write_text('{"epoch": 9, "elapsed": 20.0, "finished": true}')
+    RunRecord(attrs={"name": "tiny", "policy": "fair", "mode": "run", "capacity": 3},
+              jobs={"a": JobRecord(name="a", algorithm="logreg", convergence="linear", arrival=0.0,
+                                   max_cores=3, status="done")}).write(run / "metrics.h5")
+    assert cli.main(["submit", str(cfg), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("#!/bin/bash\n")
+    assert "slaq: note: slaq submit would refuse it: output_dir: " in captured.err
+    assert "holds a finished run of this config" in captured.err
+    # a YAML that is refused leaves no script to show
+    cfg.write_text(cfg.read_text() + "bogus: 1\n")
     assert cli.main(["submit", str(cfg), "--dry-run"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and "nologs" in captured.err
+    assert captured.out == "" and captured.err.startswith("slaq: error: ") and "bogus" in captured.err
+
+
+def test_validate_notes_what_submit_would_refuse_in_the_slurm_section(
+        monkeypatch: pytest.MonkeyPatch, no_subprocess: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/slurm.md's `output: logs/%x-%j.out` without a logs/ directory: validate and submit
+    make the one check of slurm: (slurm.submit.check_slurm); validate notes what submit refuses."""
+    monkeypatch.setattr(slurm, "run_cmd", FakeSlurm({}))
+    monkeypatch.chdir(tmp_path)
+    cfg = _write_config(tmp_path, slurm={"output": "logs/%x-%j.out"})
+    assert cli.main(["submit", str(cfg)]) == 2
+    refusal = capsys.readouterr().err.removeprefix("slaq: error: ")
+    assert refusal.startswith("slurm.output: "), refusal
+    assert cli.main(["validate", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert f"{cfg}: note: slaq submit would refuse it here: {refusal}" in out, out
+    (tmp_path / "logs").mkdir()
+    assert cli.main(["validate", str(cfg)]) == 0
+    assert "slaq submit" not in capsys.readouterr().out
+    cfg = _write_config(tmp_path, slurm={"chdir": "nowhere"})
+    assert cli.main(["validate", str(cfg)]) == 0
+    assert (f"note: slaq submit would refuse it here: slurm.chdir: 'nowhere' is not allowed; the "
+            f"directory {tmp_path / 'nowhere'} does not exist") in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("section, python", [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from slaq_mpi._text import count
@@ -17,7 +18,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi.errors import ConfigError
     from slaq_mpi.policies import LIVE_POLICY_NAMES
     from slaq_mpi.runtime.launch import check_local_ranks
-    from slaq_mpi.slurm.settings import settings_for
     from slaq_mpi.storage.rundir import check_fresh, holder_of
 
     spec = config.load(args.config)
@@ -32,12 +32,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             check(spec)
         except ConfigError as exc:  # a config may be for `slaq simulate` only: a note, not an error
             print(f"{args.config}: note: slaq run would refuse it here: {exc}")
-    if not spec.slurm:  # run and simulate need none; submit would fill in Slurm's defaults
-        try:
-            settings_for(spec)
-        except ConfigError as exc:
-            print(f"{args.config}: note: slaq submit would refuse it (no slurm: section, so "
-                  f"Slurm's defaults): {exc}")
+    _slurm_notes(args.config, spec)
     for problem in config.memory_notes(spec):  # the nodes that train may have more memory
         print(f"{args.config}: note: slaq run would refuse it here: {problem}")
     holder = holder_of(spec.output_dir)
@@ -48,6 +43,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{args.config}: note: policy {spec.policy!r} is for `slaq simulate` only; "
               "`slaq run` and `slaq submit` refuse it")
     return 0
+
+
+def _slurm_notes(given: str, spec: Any) -> None:
+    """Note what ``slaq submit`` from here would refuse in, or say of, the ``slurm:`` settings
+    (the check submit makes: :func:`slaq_mpi.slurm.submit.check_slurm`)."""
+    from slaq_mpi.errors import ConfigError
+    from slaq_mpi.slurm.submit import check_slurm, job_settings
+
+    why = "here" if spec.slurm else "(no slurm: section, so Slurm's defaults)"
+    try:
+        notes = check_slurm(job_settings(spec), Path.cwd())
+    except ConfigError as exc:
+        print(f"{given}: note: slaq submit would refuse it {why}: {exc}")
+        return
+    for text in notes:
+        print(f"{given}: note: slaq submit: {text}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

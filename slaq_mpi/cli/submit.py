@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi.errors import EXIT_BAD_INPUT
+from slaq_mpi.errors import EXIT_BAD_INPUT, ConfigError, DataError
 
 __all__ = ["add_cli", "cmd_submit"]
 
@@ -18,16 +18,25 @@ def _note(text: str) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """Check ``args.config`` where the job will run, then submit its batch script (or print it,
-    ``--dry-run``)."""
+    """Check ``args.config`` where the job will run, then submit its batch script. ``--dry-run``
+    prints the script instead, and notes what a submit would refuse (unless the YAML itself is
+    refused: then there is no script)."""
     from slaq_mpi.slurm import submit as slurm
 
     cwd = Path.cwd()
-    sub = slurm.plan(args.config, cwd)
-    slurm.check(sub, args.config, cwd, _note)
+    sub = slurm.plan(args.config, cwd)  # refused here: no script to show
     script = sub.script()
+    refusal = None
+    try:
+        slurm.check(sub, args.config, cwd, _note)
+    except (ConfigError, DataError) as exc:
+        if not args.dry_run:
+            raise
+        refusal = exc
     if args.dry_run:
         print(script, end="")
+        if refusal is not None:
+            _note(f"slaq submit would refuse it: {refusal}")
         return 0
     try:
         job_id = slurm.submit(script, cwd=cwd)
@@ -43,5 +52,7 @@ def add_cli(subparsers: Any) -> None:
     """Add ``slaq submit CONFIG [--dry-run]`` to the ``slaq`` command line."""
     p = subparsers.add_parser("submit", help="submit an experiment to Slurm as one sbatch allocation")
     p.add_argument("config", help="experiment YAML with an optional slurm: section (docs/slurm.md)")
-    p.add_argument("--dry-run", action="store_true", help="print the sbatch script instead of submitting")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the sbatch script instead of submitting it (with a note on what a "
+                        "submit would refuse)")
     p.set_defaults(func=cmd_submit)

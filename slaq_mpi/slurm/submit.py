@@ -33,7 +33,9 @@ __all__ = [
     "SlurmError",
     "Submission",
     "check",
+    "check_slurm",
     "job_info",
+    "job_settings",
     "launch_notes",
     "output_path",
     "plan",
@@ -242,6 +244,31 @@ class Submission:
         return render_sbatch(self.settings, config=str(self.config), run_dir=str(self.run_dir))
 
 
+def job_settings(spec: Any) -> SlurmSettings:
+    """The settings a job of ``spec`` is submitted with: its ``slurm:`` section (Slurm's
+    defaults without one), running the Python that runs this command unless ``slurm.python``
+    names another (its virtualenv need not be active in the job).
+
+    Raises:
+        ConfigError: ``spec`` has no ``slurm:`` section and the defaults do not fit it.
+    """
+    settings = settings_for(spec)
+    return settings if settings.python is not None else replace(settings, python=sys.executable)
+
+
+def check_slurm(settings: SlurmSettings, cwd: Path) -> list[str]:
+    """The one check of the ``slurm:`` settings on this host, for a job submitted from ``cwd``:
+    ``slaq submit`` refuses what it raises, ``slaq validate`` notes it. Returns the notes of
+    :func:`launch_notes` (what the compute nodes may still provide).
+
+    Raises:
+        ConfigError: ``slurm.chdir`` is not a directory, or ``slurm.output``/``slurm.error``
+            is a directory or lies in one that does not exist (Slurm would not create it).
+    """
+    _check_log_dirs(settings, cwd)
+    return launch_notes(settings, cwd)
+
+
 def plan(config_arg: str, cwd: Path) -> Submission:
     """The submission of the experiment YAML ``config_arg`` from the directory ``cwd``. Reads
     only the YAML (data and solver files are checked by :func:`check`).
@@ -252,10 +279,7 @@ def plan(config_arg: str, cwd: Path) -> Submission:
     from slaq_mpi.config import experiment as config
 
     first = config.load(config_arg, check_files=False)
-    settings = settings_for(first)
-    if settings.python is None:
-        # the job runs the Python that runs this command (its venv need not be active)
-        settings = replace(settings, python=sys.executable)
+    settings = job_settings(first)
     run_dir = (_workdir(settings, cwd) / first.output_dir).resolve()  # the job's directory is the base
     return Submission(settings, Path(config_arg).resolve(), run_dir,
                       resume=(run_dir / "state.json").is_file())
@@ -272,8 +296,7 @@ def check(sub: Submission, config_arg: str, cwd: Path, note: Callable[[str], Non
     from slaq_mpi.config import experiment as config
     from slaq_mpi.runtime.launch import check_data_unchanged, start_dir
 
-    _check_log_dirs(sub.settings, cwd)  # also that slurm.chdir exists
-    for text in launch_notes(sub.settings, cwd):
+    for text in check_slurm(sub.settings, cwd):
         note(text)
     run_dir = str(sub.run_dir)
     # relative data and solver paths are read from where the job runs, or, resuming a run, from
