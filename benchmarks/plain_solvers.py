@@ -6,6 +6,7 @@ the same algorithm (same start, same arithmetic) with no solver protocol and no 
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from typing import Any
 
@@ -262,3 +263,7 @@ def plain_gbt(X: np.ndarray, y: np.ndarray, seed: int, depth: int = 4, lr: float
         return float(loss)
 
     return step
+
+
+if __name__ == "__main__":  # a library for benchmarks/solvers.py: nothing to run on its own
+    argparse.ArgumentParser(description=__doc__).parse_args()

@@ -11,6 +11,7 @@ Prints one JSON line last: no_move_ms, move_ms, move_fraction_of_epoch (targets:
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -25,7 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    config = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "configs" / "quickstart.yaml"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config", nargs="?", type=Path, default=ROOT / "configs" / "quickstart.yaml",
+                    help="experiment YAML (default: configs/quickstart.yaml)")
+    config = ap.parse_args().config
     with tempfile.TemporaryDirectory() as tmp:
         raw = yaml.safe_load(config.read_text())
         raw["output_dir"] = str(Path(tmp) / "run")

@@ -7,6 +7,7 @@ and the shard's own size.
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import sys
@@ -27,7 +28,11 @@ def _rss_mb() -> float:
 
 
 def main() -> int:
-    path, iterations = sys.argv[1], int(sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data", help="HDF5 dataset (docs/data.md)")
+    ap.add_argument("iterations", type=int, help="iterations of logistic regression to run")
+    args = ap.parse_args()
+    path, iterations = args.data, args.iterations
     group = world_group()
     before = _rss_mb()
     shard = read_shard(path, group.rank, group.size)

@@ -2,7 +2,8 @@
 
 Each command group has its own module holding its arguments and command functions: ``run``
 (run, validate), ``data`` (data make, data convert), ``simulate`` (simulate, curves record,
-sim-check), ``report`` and ``submit``.
+sim-check), ``report`` and ``submit``. ``slaq`` alone prints the help and exits 0, as
+``slaq --help`` does; ``slaq --version`` names the version and the directory of the code.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from slaq_mpi.cli._output import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, output_lost, quiet
@@ -50,11 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="slaq",
         description="Quality-driven scheduling of many ML training jobs on one MPI allocation.",
+        epilog="`slaq COMMAND --help` shows a command's options; `slaq` alone prints this help.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_cli(sub)
     return parser
+
+
+def _version() -> str:
+    """``slaq --version``: the version, and where the code it runs was imported from."""
+    import slaq_mpi
+
+    return f"slaq-mpi {slaq_mpi.__version__} ({Path(slaq_mpi.__file__).resolve().parent})"
 
 
 def _stderr_open() -> None:
@@ -78,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _stderr_open()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # `slaq` alone: the help, as a request for it (exit 0)
+        parser.print_help()
+        return 0
     output_lost.clear()  # this command's own losses only
     try:
         status = int(args.func(args))

@@ -3,7 +3,8 @@
 Works on real runs and simulations alike (both write metrics.h5). A RUN_DIR is a directory
 holding ``metrics.h5``, or one whose subdirectories do (``slaq simulate --out DIR``). All runs
 given are evaluated with the same L* per job (:func:`slaq_mpi.report.evaluation.common_l_star`).
-The table needs only numpy; the figures need matplotlib (``pip install slaq-mpi[plot]``).
+The table needs only numpy; the figures need matplotlib (the ``plot`` extra:
+:func:`slaq_mpi._install.pip_install` says how to add it to this installation).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slaq_mpi._text import seconds
+from slaq_mpi._install import pip_install
+from slaq_mpi._text import count, seconds
 from slaq_mpi.cli._output import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.report.evaluation import RunData, common_l_star, observed, run_span
@@ -229,6 +231,19 @@ def _window_notes(runs: dict[str, RunData], window: tuple[float, float]) -> list
     return notes
 
 
+def _unfinished_notes(runs: Mapping[str, RunData]) -> list[str]:
+    """A note on each run that ended with jobs still running or waiting (stopped, or cut
+    short): its metrics count them until it stopped."""
+    notes = []
+    for label, run in runs.items():
+        left = sum(job.status in ("running", "waiting") for job in run.jobs.values())
+        if left:
+            how = " (slaq run --resume RUN_DIR finishes them)" if run.mode == "run" else ""
+            notes.append(f"note: run {label} stopped with {left} of its {count(len(run.jobs), 'job')} "
+                         f"left unfinished{how}; its metrics count them until it stopped")
+    return notes
+
+
 def plots_dir(run_dirs: Sequence[str | Path]) -> Path:
     """Where ``slaq report`` writes its PNGs without ``--out``: the one RUN_DIR given (the
     directory of a metrics.h5 given as a file); for several, the directory they all sit in
@@ -263,9 +278,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         say("note: these runs are not of one workload (their jobs differ): each is measured on "
               "its own L* and window, and they are not compared")
         say(window_line(chosen, bool(args.window)))
-    if chosen is not None:
-        for note in _window_notes(runs, chosen):
-            say(note)
+    for note in _unfinished_notes(runs) + (_window_notes(runs, chosen) if chosen is not None else []):
+        say(note)
     say(format_table(rows, compare=alike))
     if not args.no_plots and alike:
         _plots(runs, l_star, Path(args.out) if args.out is not None else plots_dir(args.run_dirs), say)
@@ -301,7 +315,7 @@ def _plots(runs: Mapping[str, RunData], l_star: Mapping[str, float], out: Path,
     try:
         from slaq_mpi.report.plots import write_plots
     except ImportError:
-        say("plots skipped: matplotlib is not installed (pip install 'slaq-mpi[plot]')")
+        say(f"plots skipped: matplotlib is not installed ({pip_install('plot')})")
         return
     for path in write_plots(runs, l_star, out):
         say(f"wrote {path}")
