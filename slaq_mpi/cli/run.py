@@ -18,11 +18,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from slaq_mpi.errors import ConfigError
     from slaq_mpi.policies import LIVE_POLICY_NAMES
     from slaq_mpi.runtime.launch import check_local_ranks
+    from slaq_mpi.sim.settings import parse_settings
     from slaq_mpi.storage.rundir import check_fresh, holder_of
 
     spec = config.load(args.config)
     check_fresh(spec.output_dir, "output_dir", config.input_files(spec))
-    config.check_sections(spec)  # a slurm: section given is checked in full here
+    parse_settings(spec)  # the curve library `slaq simulate` would read
     print(
         f"{args.config}: ok: experiment {spec.name!r}, {count(len(spec.jobs), 'job')}, {spec.ranks} ranks, "
         f"policy {spec.policy}, epoch {spec.epoch_seconds:g} s"

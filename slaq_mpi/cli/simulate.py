@@ -89,8 +89,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_policy_name(name, "--policy")
         if name in args.policy[:i]:
             raise ConfigError("--policy", name, "it is given twice; give each policy once")
-    config.check_sections(spec)
-    library = CurveLibrary.load(parse_settings(spec, check_files=False).curve_file)  # checked above
+    library = CurveLibrary.load(parse_settings(spec).curve_file)
     out = Path(args.out) if args.out else None
     say = _progress(args)
     # never mix with, or overwrite, an earlier simulation or a running one

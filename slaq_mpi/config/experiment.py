@@ -19,7 +19,7 @@ import yaml
 
 from slaq_mpi.config.job import REQUIRED, JobSpec, StopRule, check_name, parse_job
 from slaq_mpi.config.schema import LEFT_OUT, Key, Schema, integers, numbers, section
-from slaq_mpi.config.simulation import SimSettings, check_curve_file, simulation_settings
+from slaq_mpi.config.simulation import SimSettings, simulation_settings
 from slaq_mpi.config.slurm import SlurmSettings, settings_from_mapping
 from slaq_mpi.config.values import MAX_RANKS
 from slaq_mpi.config.yaml_loader import yaml_loader
@@ -84,6 +84,9 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{where} YAML syntax", NO_VALUE,
                           f"{problem}; the file must be valid YAML") from None
+    except ValueError as exc:  # a scalar PyYAML cannot convert (an integer of 5000 digits, 2024-13-01)
+        raise ConfigError("config file", str(p), f"a value in its YAML cannot be read "
+                          f"({str(exc).split(';')[0]})") from None
     except RecursionError:
         raise ConfigError("config file", str(p), "its YAML is nested too deeply (an experiment "
                           "file needs a handful of levels)") from None
@@ -138,17 +141,11 @@ def require_live(spec: ExperimentSpec) -> None:
                           f"future loss curve); a live run allows: {', '.join(LIVE_POLICY_NAMES)}")
 
 
-def check_sections(spec: ExperimentSpec, simulation_files: bool = True) -> None:
-    """Check what the ``slurm:`` and ``simulation:`` sections of ``spec`` name on this machine:
-    with ``simulation_files``, that ``simulation.curve_file`` is a curve library (a live run
-    leaves it out). Both sections themselves were validated when ``spec`` was parsed, so a typo
-    in either is refused by every command that reads the file.
-
-    Raises:
-        ConfigError: naming ``simulation.curve_file``, the path and what it must be.
-    """
-    if simulation_files:
-        check_curve_file(spec.simulation)
+def check_sections(spec: ExperimentSpec, simulation_files: bool = False) -> None:
+    """Nothing is left to check: the ``slurm:`` and ``simulation:`` sections are validated when
+    ``spec`` is parsed, so a typo in either is refused by every command that reads the file, and
+    the simulator checks the curve file it reads (:func:`slaq_mpi.sim.settings.parse_settings`).
+    Callers may drop this call."""
 
 
 def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:

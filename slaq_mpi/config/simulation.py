@@ -1,7 +1,7 @@
 """The ``simulation:`` section of an experiment YAML, validated into :class:`SimSettings`.
 
-The experiment parser reads it once, into ``ExperimentSpec.simulation``; ``slaq run`` needs
-nothing of the simulator for it. Every key is optional (inside ``workload:``, ``jobs`` and
+The experiment parser reads it once, into ``ExperimentSpec.simulation``, without importing the
+simulator (``slaq run`` never does). Every key is optional (inside ``workload:``, ``jobs`` and
 ``mean_gap`` are required)::
 
     simulation:
@@ -36,16 +36,15 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from slaq_mpi.config.schema import LEFT_OUT, Key, Schema, choice, integers, keyed, numbers
 from slaq_mpi.config.values import MAX_RANKS, integer
-from slaq_mpi.errors import NO_VALUE, ConfigError, DataError
+from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = [
     "CURVE_SOURCES", "EPOCH_MODELS", "ScalingParams", "SimSettings", "WorkloadSettings",
-    "check_curve_file", "check_policy_name", "simulation_settings",
+    "check_policy_name", "simulation_settings",
 ]
 
 CURVE_SOURCES = ("library", "analytic")
@@ -108,7 +107,8 @@ def simulation_settings(raw: Any, *, ranks: int, policy: str, job_names: Collect
                         algorithms: Collection[str]) -> SimSettings:
     """Validate a ``simulation:`` mapping (None: every default) of an experiment with these
     ``ranks``, ``policy``, job names and algorithms (the keys ``workload.mix`` and ``scaling``
-    may name). Whether ``curve_file`` exists is :func:`check_curve_file`'s question.
+    may name). Whether ``curve_file`` is a curve library is the simulator's question
+(:func:`slaq_mpi.sim.settings.parse_settings`).
 
     Raises:
         ConfigError: naming the ``simulation.*`` key, the bad value and what is allowed.
@@ -191,31 +191,6 @@ def _curve_path(val: Any, where: str) -> str:
     if not isinstance(val, str) or not val:
         raise ConfigError(where, val, "must be a path to a .npz curve library")
     return os.path.expanduser(val)
-
-
-def check_curve_file(settings: SimSettings) -> None:
-    """Refuse a ``simulation.curve_file`` that is not a curve library on this machine (only
-    ``slaq simulate`` reads it).
-
-    Raises:
-        ConfigError: naming ``simulation.curve_file``, the path and what it must be.
-    """
-    path, where = settings.curve_file, "simulation.curve_file"
-    if path is None:
-        return
-    if Path(path).is_dir():
-        raise ConfigError(where, path, "is a directory; give the .npz file that "
-                          "`slaq curves record --out FILE` wrote")
-    if not Path(path).is_file():
-        raise ConfigError(where, path, "the file does not exist (relative paths are read from the "
-                          "working directory; write one with `slaq curves record --out FILE`)")
-    from slaq_mpi.sim.curves import CurveLibrary  # the simulator's own format
-
-    try:
-        CurveLibrary.load(path)
-    except DataError:
-        raise ConfigError(where, path, "not a curve library (the .npz file "
-                          "`slaq curves record --out FILE` writes)") from None
 
 
 def _workload(raw: Any, where: str, job_names: Collection[str]) -> WorkloadSettings:
