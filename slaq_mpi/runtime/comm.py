@@ -1,41 +1,53 @@
 """Every MPI call of slaq-mpi, behind small named wrappers.
 
+Rank 0 talks to the workers through a :class:`CoordinatorLink` and each worker through a
+:class:`WorkerLink`; each is created by its owner for the run and closed at its end, and holds
+all the state of the messages in flight. A message that arrives is handed to the handler
+registered for its :class:`Tag`, which decodes it and calls plain functions.
+
 The long waits do not busy-poll: MPICH spins at 100% CPU inside a blocking receive, which
 steals cores from training when ranks outnumber cores. Waiting for the coordinator's plan, a
-report, a barrier or a control exchange tests a request and sleeps between tests with a short
-backoff (``_wait``). A job's own collectives (``MPIGroup.allreduce``, called every iteration)
-block as usual on a node with a core per rank; on an oversubscribed node
-(:func:`detect_oversubscription`) they too wait sleeping, so a rank waiting for a peer leaves
-the CPU to the peer instead of spinning on it. The short collectives of a move (``Split``,
-``Dup``, a group's ``bcast`` of a restored checkpoint) block as usual.
+report, a barrier or a control exchange tests a request and sleeps between tests
+(:class:`~slaq_mpi.runtime.backoff.Backoff`). A job's own collectives
+(``MPIGroup.allreduce``, called every iteration) block as usual on a node with a core per
+rank; on an oversubscribed node (:func:`detect_oversubscription`) they too wait sleeping, so a
+rank waiting for a peer leaves the CPU to the peer instead of spinning on it. The short
+collectives of a move (``Split``, ``Dup``, a group's ``bcast`` of a restored checkpoint) block
+as usual.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import pickle
 import socket
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from jobs.base import ReduceOp
+from slaq_mpi.runtime.backoff import Backoff
+from slaq_mpi.runtime.messages import Plan, Report
+from slaq_mpi.runtime.protocol import ReduceOp
 
-TAG_REPORT = 11
-TAG_ERROR = 12
-TAG_START = 13
-TAG_CUT = 14
+
+class Tag(enum.IntEnum):
+    """The tags of point-to-point messages."""
+
+    REPORT = 11  # a job leader's Report, to rank 0
+    ERROR = 12  # a worker's unrecoverable error, to rank 0
+    START = 13  # a rank's reason to refuse the start, to rank 0
+    CUT = 14  # rank 0's ask to end an epoch early, to a job leader
+
+
 _START_MESSAGE_MAX = 4000  # characters: well below mpi4py's 32 KiB receive buffer
-_SLEEP_MIN = 0.0002
-_SLEEP_MAX = 0.002
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _WORLD = MPI.COMM_WORLD
-_GROUP_SLEEP = 0.0001  # sleep between tests of a job's collective on an oversubscribed node
-_GROUP_SPINS = 20  # tests before the first sleep: a collective whose peers are ready is quick
-_oversubscribed = False
+_PATIENT = Backoff(first=0.0002, longest=0.002)  # waits for another rank's message or arrival
+# a job's collective on an oversubscribed node: a collective whose peers are ready is quick
+_COLLECTIVE = Backoff(first=0.0001, longest=0.0001, spins=20)
 
 
 def world_rank() -> int:
@@ -58,31 +70,20 @@ def abort(code: int) -> None:
     _WORLD.Abort(code)
 
 
-def _wait(request: MPI.Request, check: Callable[[], None] | None = None) -> Any:
-    """Complete ``request`` by testing it with short sleeps in between (no spinning); ``check``
-    is called between tests (it may raise to give up waiting)."""
-    delay = _SLEEP_MIN
-    while True:
+def _complete(request: MPI.Request, backoff: Backoff = _PATIENT, deadline: float | None = None,
+              between: Callable[[], object] | None = None) -> tuple[bool, Any]:
+    """Wait for ``request`` without spinning (:meth:`Backoff.wait`); returns whether it
+    completed before ``deadline`` (else it stays pending) and its received object."""
+    got: list[Any] = []
+
+    def test() -> bool:
         done, value = request.test()
         if done:
-            return value
-        if check is not None:
-            check()
-        time.sleep(delay)
-        delay = min(delay * 1.5, _SLEEP_MAX)
+            got.append(value)
+        return bool(done)
 
-
-def _wait_collective(request: MPI.Request, deadline: float | None = None) -> bool:
-    """Complete a job's collective: a few quick tests, then tests with short sleeps. False if
-    ``deadline`` (``time.monotonic()``) passes first (the request is left pending)."""
-    for _ in range(_GROUP_SPINS):
-        if request.Test():
-            return True
-    while not request.Test():
-        if deadline is not None and time.monotonic() > deadline:
-            return False
-        time.sleep(_GROUP_SLEEP)
-    return True
+    done = backoff.wait(test, deadline, between)
+    return done, (got[0] if done else None)
 
 
 def _cpu_set() -> frozenset[int] | None:
@@ -97,31 +98,32 @@ def _cpu_set() -> frozenset[int] | None:
 def detect_oversubscription() -> tuple[int, int]:
     """Collective over the world: count the busy ranks (all but rank 0, which mostly sleeps)
     on this node and the CPUs they may use together (the union of their affinity masks: a
-    launcher that binds each rank to its own core gives each a mask of one). If the ranks
-    outnumber the CPUs, jobs' collectives wait sleeping from now on. Returns
-    ``(busy ranks, cpus)`` of this node (cpus 0 on a node with no busy rank)."""
-    global _oversubscribed
+    launcher that binds each rank to its own core gives each a mask of one). Returns
+    ``(busy ranks, cpus)`` of this node (cpus 0 on a node with no busy rank); the ranks
+    outnumber the CPUs if busy > cpus (then pass ``sleep_waits`` to :class:`WorkerLink`)."""
     local = _WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         mine = None if _WORLD.Get_rank() == 0 else (_cpu_set(),)
         masks = [m[0] for m in local.allgather(mine) if m is not None]  # the busy ranks'
     finally:
         local.Free()
-    busy = len(masks)
     if all(m is not None for m in masks):
         cpus = len(frozenset[int]().union(*(m for m in masks if m is not None)))
     else:
         cpus = os.cpu_count() or 1
-    _oversubscribed = busy > cpus
-    return busy, cpus
+    return len(masks), cpus
 
 
 class MPIGroup:
-    """A job's group of ranks (implements :class:`jobs.base.GroupComm`)."""
+    """A job's group of ranks (implements :class:`slaq_mpi.runtime.protocol.GroupComm`).
 
-    def __init__(self, comm: MPI.Comm, control: MPI.Comm | None = None) -> None:
+    ``sleep_waits``: its collectives wait sleeping (the node's ranks outnumber its CPUs)."""
+
+    def __init__(self, comm: MPI.Comm, control: MPI.Comm | None = None,
+                 sleep_waits: bool = False) -> None:
         self._comm = comm
         self._control = control  # slaq's own exchanges (None: on ``comm``)
+        self._sleep_waits = sleep_waits
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
 
@@ -133,15 +135,15 @@ class MPIGroup:
         send = np.ascontiguousarray(values, dtype=np.float64)
         out = np.empty_like(send)
         comm = self._control if self._control is not None else self._comm
-        done = _wait_collective(comm.Iallreduce(send, out, op=MPI.MAX), deadline)
+        done, _ = _complete(comm.Iallreduce(send, out, op=MPI.MAX), _COLLECTIVE, deadline)
         return out if done else None  # not done: the request stays pending, the caller ends the run
 
     def allreduce(self, array: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
         """Element-wise reduction over the group; every rank gets the result."""
         send = np.ascontiguousarray(array, dtype=np.float64)
         out = np.empty_like(send)
-        if _oversubscribed and self.size > 1:
-            _wait_collective(self._comm.Iallreduce(send, out, op=_OPS[op]))
+        if self._sleep_waits and self.size > 1:
+            _complete(self._comm.Iallreduce(send, out, op=_OPS[op]), _COLLECTIVE)
         else:
             self._comm.Allreduce(send, out, op=_OPS[op])
         return out
@@ -164,21 +166,18 @@ def world_group() -> MPIGroup:
     return MPIGroup(_WORLD)
 
 
-def split(color: int | None, key: int, check: Callable[[], None] | None = None) -> MPIGroup | None:
-    """Collective over the world: ranks passing the same ``color`` form one new group.
-
-    Ranks passing ``None`` take part but get no group. Until every rank has arrived,
-    ``check`` is called every few milliseconds: rank 0 raises from it when a worker posted
-    an error (a rank that failed before the split would never arrive).
-    """
-    _wait(_WORLD.Ibarrier(), check)  # arrive without spinning; the split itself is then quick
+def _split(color: int | None, key: int, between: Callable[[], object] | None = None,
+           sleep_waits: bool = False) -> MPIGroup | None:
+    """Collective over the world: ranks passing the same ``color`` form one new group; ranks
+    passing ``None`` take part but get none. ``between`` is called while the ranks arrive."""
+    _complete(_WORLD.Ibarrier(), between=between)  # arrive without spinning; the split is then quick
     new = _WORLD.Split(MPI.UNDEFINED if color is None else color, key)
-    return None if new == MPI.COMM_NULL else MPIGroup(new, new.Dup())
+    return None if new == MPI.COMM_NULL else MPIGroup(new, new.Dup(), sleep_waits)
 
 
 def barrier() -> None:
     """Wait (sleeping) until every rank of the world gets here."""
-    _wait(_WORLD.Ibarrier())
+    _complete(_WORLD.Ibarrier())
 
 
 def first_failure(message: str | None) -> tuple[int, str] | None:
@@ -188,16 +187,16 @@ def first_failure(message: str | None) -> tuple[int, str] | None:
     size, me = world_size(), world_rank()
     mine = np.array([me if message is not None else size], dtype=np.int32)
     lowest = np.zeros(1, dtype=np.int32)
-    _wait(_WORLD.Iallreduce(mine, lowest, op=MPI.MIN))
+    _complete(_WORLD.Iallreduce(mine, lowest, op=MPI.MIN))
     first = int(lowest[0])
     if first == size:
         return None
     if first == me:
         if me == 0:
             return first, message or ""
-        _wait(_WORLD.isend((message or "")[:_START_MESSAGE_MAX], dest=0, tag=TAG_START))
+        _complete(_WORLD.isend((message or "")[:_START_MESSAGE_MAX], dest=0, tag=Tag.START))
     if me == 0:
-        return first, str(_wait(_WORLD.irecv(source=first, tag=TAG_START)))
+        return first, str(_complete(_WORLD.irecv(source=first, tag=Tag.START))[1])
     return first, ""
 
 
@@ -205,118 +204,128 @@ def root_value(value: int) -> int:
     """Collective over the world: every rank gets rank 0's small integer ``value`` (the
     others pass any)."""
     buf = np.array([value], dtype=np.int32)
-    _wait(_WORLD.Ibcast(buf, root=0))
+    _complete(_WORLD.Ibcast(buf, root=0))
     return int(buf[0])
 
 
-def broadcast_plan(plan: Any) -> None:
-    """Rank 0: send ``plan`` to every rank (they receive it with :func:`recv_plan`)."""
-    payload = np.frombuffer(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-    header = np.array([payload.size], dtype=np.int64)
-    _wait(_WORLD.Ibcast(header, root=0))
-    _WORLD.Bcast(payload, root=0)
+Handler = Callable[[Any], None]
 
 
-def recv_plan() -> Any:
-    """Workers: wait (sleeping, not spinning) for the next plan from rank 0."""
-    header = np.zeros(1, dtype=np.int64)
-    _wait(_WORLD.Ibcast(header, root=0))
-    payload = np.empty(int(header[0]), dtype=np.uint8)
-    _WORLD.Bcast(payload, root=0)
-    return pickle.loads(payload.tobytes())
+class CoordinatorLink:
+    """Rank 0's end of a run's messages: it sends the plans and the asks to cut an epoch,
+    and hands every report or error that arrives to the handler of its tag (``handlers``:
+    ``Tag.REPORT`` gets a :class:`Report`, ``Tag.ERROR`` a worker's error mapping).
 
-
-def send_report(report: Any) -> None:
-    """A job leader: send ``report`` to rank 0."""
-    _wait(_WORLD.isend(report, dest=0, tag=TAG_REPORT))
-
-
-_posted: list[MPI.Request] = []
-
-
-def post_error(info: Any) -> None:
-    """Any worker: post an unrecoverable error to rank 0 without waiting for delivery."""
-    _posted.append(_WORLD.isend(info, dest=0, tag=TAG_ERROR))  # kept alive until the abort
-
-
-_cut_sends: list[tuple[MPI.Request, np.ndarray]] = []
-_cut_box = np.zeros(1, dtype=np.int64)
-_cut_recv: MPI.Request | None = None
-
-
-def send_cut(leaders: list[int], epoch: int) -> None:
-    """Rank 0: ask these job leaders to end epoch ``epoch`` at their next check (a job
-    finished early and its cores are to be given out again). Does not wait for delivery."""
-    _cut_sends[:] = [(r, b) for r, b in _cut_sends if not r.Test()]
-    for dest in leaders:
-        box = np.array([epoch], dtype=np.int64)
-        _cut_sends.append((_WORLD.Isend(box, dest=dest, tag=TAG_CUT), box))
-
-
-def cut_asked(epoch: int) -> bool:
-    """Any worker: whether rank 0 asked to end epoch ``epoch`` early. Takes every ask that
-    has arrived; asks for earlier epochs (they crossed that epoch's end) are dropped.
-
-    A receive stays posted between calls: a test of it sees a message that has arrived,
-    where a probe can miss one until a later call has let MPI progress.
+    Created by the coordinator for the run; :meth:`close` ends it.
     """
-    global _cut_recv
-    asked = False
-    while True:
-        if _cut_recv is None:
-            _cut_recv = _WORLD.Irecv(_cut_box, source=0, tag=TAG_CUT)
-        if not _cut_recv.Test():
-            return asked
-        _cut_recv = None
-        asked |= int(_cut_box[0]) == epoch
+
+    ORDER = (Tag.ERROR, Tag.REPORT)  # an error is handled before any report
+
+    def __init__(self, handlers: Mapping[Tag, Handler]) -> None:
+        self._handlers = dict(handlers)
+        self._cut_sends: list[tuple[MPI.Request, np.ndarray]] = []  # kept until complete
+
+    def broadcast_plan(self, plan: Plan) -> None:
+        """Send ``plan`` to every worker (:meth:`WorkerLink.recv_plan`)."""
+        payload = np.frombuffer(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+        header = np.array([payload.size], dtype=np.int64)
+        _complete(_WORLD.Ibcast(header, root=0))
+        _WORLD.Bcast(payload, root=0)
+
+    def join_split(self) -> None:
+        """Take part (with no group) in the world split of a plan that moves jobs, handling
+        workers' errors while the ranks arrive (a rank that failed would never arrive)."""
+        _split(None, key=0, between=lambda: self._poll((Tag.ERROR,)))
+
+    def send_cut(self, leaders: Sequence[int], epoch: int) -> None:
+        """Ask these job leaders to end epoch ``epoch`` at their next check (a job finished
+        early and its cores are to be given out again). Does not wait for delivery."""
+        self._cut_sends[:] = [(r, b) for r, b in self._cut_sends if not r.Test()]
+        for dest in leaders:
+            box = np.array([epoch], dtype=np.int64)
+            self._cut_sends.append((_WORLD.Isend(box, dest=dest, tag=Tag.CUT), box))
+
+    def wait(self, deadline: float | None = None) -> bool:
+        """Handle the next message that arrives (sleeping until one does); False if
+        ``deadline`` (``time.monotonic()``) passes first."""
+        return _PATIENT.wait(lambda: self._poll(self.ORDER), deadline)
+
+    def _poll(self, tags: Sequence[Tag]) -> bool:
+        """Hand one waiting message of ``tags`` (in that order) to its handler; whether there
+        was one."""
+        status = MPI.Status()
+        for tag in tags:
+            if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
+                self._handlers[tag](_WORLD.recv(source=status.Get_source(), tag=tag))
+                return True
+        return False
+
+    def close(self) -> None:
+        """At the end of the run, after the plan that stops it: complete the asks to cut
+        (8-byte sends, complete once buffered), then meet every rank."""
+        for request, _box in self._cut_sends:
+            _complete(request)
+        self._cut_sends.clear()
+        barrier()
 
 
-def settle_cuts() -> None:
-    """Rank 0, at the end of the run: complete its asks to end an epoch early (8-byte
-    sends, complete once buffered)."""
-    for request, _box in _cut_sends:
-        _wait(request)
-    _cut_sends.clear()
+class WorkerLink:
+    """A worker's end of a run's messages: it receives the plans, sends its job's reports
+    and its errors, and hands every ask to cut an epoch to ``on_cut`` (with the epoch).
+    ``sleep_waits``: its jobs' collectives wait sleeping (see :class:`MPIGroup`).
 
+    Created by the worker for the run; :meth:`close` ends it.
+    """
 
-def stop_cut_listening() -> None:
-    """Any worker, at the end of the run: take the asks that have arrived, then cancel the
-    posted receive (an ask still in flight is dropped with the world)."""
-    global _cut_recv
-    cut_asked(-1)
-    if _cut_recv is not None:
-        _cut_recv.Cancel()
-        _cut_recv.Wait()
-        _cut_recv = None
+    def __init__(self, on_cut: Callable[[int], None], sleep_waits: bool = False) -> None:
+        self._on_cut = on_cut
+        self.sleep_waits = sleep_waits
+        self._cut_box = np.zeros(1, dtype=np.int64)
+        self._cut_recv: MPI.Request | None = None
+        self._posted: list[MPI.Request] = []  # errors in flight, kept alive until the abort
 
+    def recv_plan(self) -> Plan:
+        """Wait (sleeping, not spinning) for the next plan from rank 0."""
+        header = np.zeros(1, dtype=np.int64)
+        _complete(_WORLD.Ibcast(header, root=0))
+        payload = np.empty(int(header[0]), dtype=np.uint8)
+        _WORLD.Bcast(payload, root=0)
+        plan: Plan = pickle.loads(payload.tobytes())
+        return plan
 
-def poll_error() -> Any | None:
-    """Rank 0: a worker's posted error (see :func:`post_error`) if one is waiting, else None."""
-    status = MPI.Status()
-    if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ERROR, status=status):
-        return _WORLD.recv(source=status.Get_source(), tag=TAG_ERROR)
-    return None
+    def split(self, color: int | None, key: int) -> MPIGroup | None:
+        """Collective over the world: the ranks passing the same ``color`` form one job's new
+        group; ``None`` takes part and joins none."""
+        return _split(color, key, sleep_waits=self.sleep_waits)
 
+    def send_report(self, report: Report) -> None:
+        """A job leader: send ``report`` to rank 0."""
+        _complete(_WORLD.isend(report, dest=0, tag=Tag.REPORT))
 
-def poll_message() -> tuple[str, Any] | None:
-    """Rank 0: one waiting report or error, as ``("report"|"error", payload)``, else None."""
-    error = poll_error()
-    if error is not None:
-        return "error", error
-    status = MPI.Status()
-    if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_REPORT, status=status):
-        return "report", _WORLD.recv(source=status.Get_source(), tag=TAG_REPORT)
-    return None
+    def post_error(self, info: Mapping[str, str]) -> None:
+        """Post an unrecoverable error to rank 0 without waiting for delivery."""
+        self._posted.append(_WORLD.isend(dict(info), dest=0, tag=Tag.ERROR))
 
+    def poll(self) -> None:
+        """Hand every ask to cut an epoch that has arrived to ``on_cut``.
 
-def wait_message(deadline: float | None = None) -> tuple[str, Any] | None:
-    """Rank 0: the next report or error, sleeping between probes; None at ``deadline``."""
-    delay = _SLEEP_MIN
-    while True:
-        msg = poll_message()
-        if msg is not None:
-            return msg
-        if deadline is not None and time.monotonic() >= deadline:
-            return None
-        time.sleep(delay)
-        delay = min(delay * 1.5, _SLEEP_MAX)
+        A receive stays posted between calls: a test of it sees a message that has arrived,
+        where a probe can miss one until a later call has let MPI progress.
+        """
+        while True:
+            if self._cut_recv is None:
+                self._cut_recv = _WORLD.Irecv(self._cut_box, source=0, tag=Tag.CUT)
+            if not self._cut_recv.Test():
+                return
+            self._cut_recv = None
+            self._on_cut(int(self._cut_box[0]))
+
+    def close(self) -> None:
+        """At the end of the run: meet every rank, take the asks that have arrived, then
+        cancel the posted receive (an ask still in flight is dropped with the world)."""
+        barrier()
+        self.poll()
+        if self._cut_recv is not None:
+            self._cut_recv.Cancel()
+            self._cut_recv.Wait()
+            self._cut_recv = None

@@ -15,12 +15,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from jobs import load_solver
 from slaq_mpi._text import count
 from slaq_mpi.config.experiment import ExperimentSpec
-from slaq_mpi.data.datasets import fingerprint
 from slaq_mpi.data.generators import materialize
 from slaq_mpi.errors import (
     EXIT_ABORTED,
@@ -31,24 +29,29 @@ from slaq_mpi.errors import (
     disk_full_hint,
 )
 from slaq_mpi.policies import get_policy
-from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot, checked_allocation
-from slaq_mpi.runtime import comm
+from slaq_mpi.policies.snapshot import checked_allocation
+from slaq_mpi.runtime import comm, history
 from slaq_mpi.runtime import signals as _early_signals
+from slaq_mpi.runtime.backoff import Backoff
+from slaq_mpi.runtime.epoch_reports import EpochReports
+from slaq_mpi.runtime.history import STATE_FILE, new_record, resume_record
 from slaq_mpi.runtime.messages import Plan, Report
 from slaq_mpi.runtime.placement import place
-from slaq_mpi.runtime.timing import arrival_wait, cut_time, epoch_length
+from slaq_mpi.runtime.timing import arrival_wait, epoch_length
 from slaq_mpi.storage import checkpoint
 from slaq_mpi.storage.durable import replacing
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 from slaq_mpi.storage.rundir import STOP_FILE, remove_stop
 
+__all__ = ["STATE_FILE", "Coordinator", "new_record", "resume_record", "run_coordinator"]
+
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+_CLOCK = Backoff(first=0.05, longest=0.05)  # waiting for the experiment's clock: a stop is seen within 50 ms
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
     _received.append(signum)
-STATE_FILE = "state.json"
 
 
 def _say(msg: str) -> None:
@@ -65,7 +68,11 @@ class Coordinator:
         self.record = record
         self.epoch = epoch
         self.workers = list(range(1, comm.world_size()))
+        self.link = comm.CoordinatorLink({comm.Tag.ERROR: _raise_worker_error,
+                                          comm.Tag.REPORT: self._on_report})
+        self._reports: EpochReports | None = None  # the running epoch's
         self.policy = get_policy(spec.policy, **spec.policy_params)
+        self._specs = {j.name: j for j in spec.jobs}
         self.data: dict[str, str] = {}
         self.ranks: dict[str, tuple[int, ...]] = {}
         self.stop_requested = False
@@ -87,18 +94,20 @@ class Coordinator:
     def _wall_to_now(self, wall: float) -> float:
         return self.now() - (time.time() - wall)
 
-    def _check_stop_file(self) -> None:
+    def _check_stop_file(self) -> bool:
+        """Whether a stop was asked for (a stop signal, or the run's STOP file)."""
         if self.stop_requested:
-            return
+            return True
         stop = self.run_dir / STOP_FILE
         if _received:
             why = f"received {signal.Signals(_received[0]).name}"
         elif stop.exists():
             why = f"found {stop}"
         else:
-            return
+            return False
         _say(f"{why}: stopping after this epoch (every job checkpoints where it is)")
         self.stop_requested = True
+        return True
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -111,14 +120,9 @@ class Coordinator:
              f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")
         status = None
         while status is None:
-            self._check_stop_file()
-            if self.stop_requested:
-                status = EXIT_STOPPED
-                break
-            status = self._one_epoch()
-        comm.broadcast_plan(Plan(epoch=self.epoch, epoch_seconds=0.0, stop=True))
-        comm.settle_cuts()
-        comm.barrier()
+            status = EXIT_STOPPED if self._check_stop_file() else self._one_epoch()
+        self.link.broadcast_plan(Plan(epoch=self.epoch, epoch_seconds=0.0, stop=True))
+        self.link.close()
         self._save(finished=status != EXIT_STOPPED)
         if status == EXIT_STOPPED:
             remove_stop(self.run_dir)
@@ -142,21 +146,15 @@ class Coordinator:
                 if j.status in ("waiting", "running") and j.arrival <= now]
 
     def _wait_until(self, t: float) -> None:
-        """Sleep until the experiment's time ``t``, or until a stop is asked (checked every 50 ms)."""
-        while self.now() < t and not self.stop_requested:
-            time.sleep(min(0.05, max(0.0, t - self.now())))
-            self._check_stop_file()
+        """Sleep until the experiment's time ``t``, or until a stop is asked."""
+        _CLOCK.wait(self._check_stop_file, deadline=self._t0 + t)
 
     def _one_epoch(self) -> int | None:
-        now = self.now()
-        due, self._arrival_due = self._arrival_due, None
-        if due is not None and arrival_wait(now, due, self.spec.epoch_seconds) > 0:
-            # the epoch cut short for this arrival ended a few ms early: decide with the new
-            # job, as the simulator does (its epoch ends at the arrival)
-            self._wait_until(due)
-            if self.stop_requested:
-                return None
-            now = max(self.now(), due)
+        """Decide, run and record one epoch (or wait for the next arrival); the exit status
+        once every job has ended, else None."""
+        now = self._now_for_decision()
+        if now is None:
+            return None
         active = self._active(now)
         pending = [j for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
         if not active:
@@ -171,23 +169,9 @@ class Coordinator:
         length = epoch_length(now, next_arrival, self.spec.epoch_seconds)
         if next_arrival is not None and length == next_arrival - now:  # cut short for it
             self._arrival_due = next_arrival
-        snap = self._snapshot(now, active, length)
-        t = time.perf_counter()
-        alloc = checked_allocation(self.policy.allocate(snap), snap, self.spec.policy)
-        decision_ms = (time.perf_counter() - t) * 1000.0
+        alloc, decision_ms = self._decide(now, active, length)
         ranks, moved = place(self.ranks, alloc, self.workers)
-        plan = Plan(
-            epoch=self.epoch,
-            epoch_seconds=length,
-            ranks=ranks,
-            moved=frozenset(moved),
-            iterations={j: self.record.jobs[j].iterations for j in moved if j in ranks},
-            data={j: self.data[j] for j in moved if j in ranks},
-        )
-        comm.broadcast_plan(plan)
-        started = time.monotonic()
-        if moved:
-            comm.split(None, key=0, check=_raise_posted_error)  # collective over the whole world
+        started = self._send_plan(ranks, moved, length)
         if self.epoch > 0:
             self._save(finished=False)  # the previous epoch's history, while the jobs train
         self.ranks = ranks
@@ -196,105 +180,116 @@ class Coordinator:
             job = self.record.jobs[name]
             if job.status == "waiting":
                 job.status = "running"
-        reports, cut_wall = self._collect(set(ranks), started, length)
-        self._absorb(reports, cut_wall)
+        reports = self._collect(set(ranks), started, length)
+        self._absorb(reports.reports, reports.cut_wall)
         self._observed = self.now()  # the epoch ended with its last report (early if cut)
         self._progress(now, alloc)
         self.epoch += 1
         return None
 
-    def _snapshot(self, now: float, active: list[JobRecord], length: float) -> ClusterSnapshot:
-        jobs = tuple(
-            JobSnapshot(
-                job_id=j.name,
-                losses=tuple(j.loss),
-                throughput=tuple(j.throughput),
-                cores=len(self.ranks.get(j.name, ())),
-                max_cores=min(j.max_cores, len(self.workers)),
-                convergence=j.convergence,
-                arrival=j.arrival,
-                attained_core_seconds=j.attained_core_seconds,
-                max_iterations=self._spec_of(j.name).stop.max_iterations,
-                utility=tuple(sorted(
-                    (k, float(v)) for k, v in (self._spec_of(j.name).utility or {}).items())),
-            )
-            for j in sorted(active, key=lambda r: (r.arrival, r.name))
-        )
-        return ClusterSnapshot(len(self.workers), now, length, jobs)
+    def _now_for_decision(self) -> float | None:
+        """The experiment time of the next decision; None if a stop came while waiting.
 
-    def _spec_of(self, name: str) -> Any:
-        return next(j for j in self.spec.jobs if j.name == name)
+        An epoch cut short for an arrival ends a few ms before it (:func:`arrival_wait`): the
+        decision then waits for the new job, as the simulator's does (its epoch ends at the
+        arrival)."""
+        now = self.now()
+        due, self._arrival_due = self._arrival_due, None
+        if due is not None and arrival_wait(now, due, self.spec.epoch_seconds) > 0:
+            self._wait_until(due)
+            if self.stop_requested:
+                return None
+            now = max(self.now(), due)
+        return now
 
-    def _collect(self, running: set[str], started: float, length: float
-                 ) -> tuple[dict[str, Report], float | None]:
-        """Every running job's report of this epoch (which began at ``started``, monotonic).
+    def _decide(self, now: float, active: list[JobRecord], length: float) -> tuple[dict[str, int], float]:
+        """The policy's allocation for the epoch of ``length`` seconds starting at ``now``,
+        checked, and the milliseconds it took to decide."""
+        snap = history.snapshot(active, self._specs, self.ranks, len(self.workers), now, length)
+        t = time.perf_counter()
+        alloc = checked_allocation(self.policy.allocate(snap), snap, self.spec.policy)
+        return alloc, (time.perf_counter() - t) * 1000.0
 
-        When jobs report they finished (or failed) early enough, holding enough cores
-        (:func:`cut_time`), the other jobs' leaders are asked to end the epoch then, so that
-        those cores are given out again at once. Returns the reports and when the cut was
-        asked (wall clock) or None.
-        """
-        reports: dict[str, Report] = {}
-        cut_at: float | None = None
-        cut_wall: float | None = None
-        freed = 0
-        while len(reports) < len(running):
-            msg = comm.wait_message(deadline=cut_at)
-            if msg is None:  # the time to cut the epoch has come
-                comm.send_cut([min(self.ranks[j]) for j in sorted(running - reports.keys())],
-                              self.epoch)
-                cut_at, cut_wall = None, time.time()
-                continue
-            kind, payload = msg
-            if kind == "error":
-                raise _worker_error(payload)
-            reports[payload.job] = payload
-            if payload.status != "running" and cut_at is None and cut_wall is None:
-                freed += payload.cores
-                end = payload.end_times[-1] if payload.end_times else time.time()
-                finished = time.monotonic() - (time.time() - end)
-                cut_at = cut_time(started, length, finished, self.spec.epoch_seconds,
-                                  freed, len(self.workers))
-        return reports, cut_wall
+    def _send_plan(self, ranks: dict[str, tuple[int, ...]], moved: set[str], length: float) -> float:
+        """Send every worker the plan (the jobs that ``moved`` re-split the world); returns
+        when the epoch started (``time.monotonic()``)."""
+        self.link.broadcast_plan(Plan(
+            epoch=self.epoch,
+            epoch_seconds=length,
+            ranks=ranks,
+            moved=frozenset(moved),
+            iterations={j: self.record.jobs[j].iterations for j in moved if j in ranks},
+            data={j: self.data[j] for j in moved if j in ranks},
+        ))
+        started = time.monotonic()
+        if moved:
+            self.link.join_split()
+        return started
+
+    def _collect(self, running: set[str], started: float, length: float) -> EpochReports:
+        """Every running job's report of this epoch (which began at ``started``, monotonic),
+        asking the jobs still running to end it early when :class:`EpochReports` says so."""
+        reports = self._reports = EpochReports(running, started, length, self.spec.epoch_seconds,
+                                               len(self.workers))
+        try:
+            while not reports.complete:
+                if not self.link.wait(deadline=reports.cut_at):  # the time to cut has come
+                    self.link.send_cut([min(self.ranks[j]) for j in reports.missing], self.epoch)
+                    reports.cut_sent()
+        finally:
+            self._reports = None
+        return reports
+
+    def _on_report(self, report: Report) -> None:
+        """A job leader's report (the link's handler for ``Tag.REPORT``)."""
+        if self._reports is None:
+            raise RuntimeError(f"a report of job {report.job} came outside an epoch")
+        self._reports.add(report)
 
     def _absorb(self, reports: dict[str, Report], cut_wall: float | None) -> None:
+        """Add an epoch's ``reports`` to the record (``cut_wall``: when the epoch was asked to
+        end early, if it was), and the pause between the previous epoch and this one."""
         starts, deadlines, stops = [], [], []
         for name, rep in reports.items():
-            job = self.record.jobs[name]
-            n = len(rep.losses)
-            if math.isnan(job.start):
-                job.start = self._wall_to_now(rep.first_start)
-            job.loss.extend(rep.losses)
-            job.time.extend(self._wall_to_now(t) for t in rep.end_times)
-            job.cores.extend([rep.cores] * n)
-            job.iter_seconds.extend(rep.iter_seconds)
-            if n:
-                secs = sorted(rep.iter_seconds)[n // 2]
-                job.throughput.append((rep.cores, secs))
-                if secs > self.spec.epoch_seconds and name not in self._warned_slow:
-                    self._warned_slow.add(name)
-                    _say(f"job {name}: one iteration takes {secs:.2f} s on "
-                         f"{count(rep.cores, 'core')}, longer than the "
-                         f"{self.spec.epoch_seconds:g} s epoch; every epoch waits for it. "
-                         "Raise epoch_seconds or give it more cores.")
-                job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
+            self._absorb_job(name, rep)
             starts.append(rep.first_start)
             stop = rep.end_times[-1] if rep.end_times else rep.first_start
             # a cut epoch ended when its jobs stopped (the next chunk boundary after the ask)
             deadlines.append(rep.deadline if cut_wall is None
                              else min(rep.deadline, max(cut_wall, stop)))
             stops.append(stop)
-            if rep.status != "running":
-                job.status, job.reason = rep.status, rep.reason
-                job.end = self._wall_to_now(rep.end_times[-1]) if rep.end_times else self.now()
-                self.ranks.pop(name, None)
-                if rep.status == "failed":
-                    _say(f"job {name} failed: {rep.reason}")
         if self._prev_deadline is not None and self._prev_stop is not None and starts:
             self.record.pause_ms[-1] = max(0.0, (max(starts) - self._prev_deadline) * 1000.0)
             self.record.gap_ms[-1] = max(0.0, (max(starts) - self._prev_stop) * 1000.0)
         self._prev_deadline = max(deadlines) if deadlines else None
         self._prev_stop = max(stops) if stops else None
+
+    def _absorb_job(self, name: str, rep: Report) -> None:
+        """Add job ``name``'s report of an epoch to its record."""
+        job = self.record.jobs[name]
+        n = len(rep.losses)
+        if math.isnan(job.start):
+            job.start = self._wall_to_now(rep.first_start)
+        job.loss.extend(rep.losses)
+        job.time.extend(self._wall_to_now(t) for t in rep.end_times)
+        job.cores.extend([rep.cores] * n)
+        job.iter_seconds.extend(rep.iter_seconds)
+        if n:
+            secs = sorted(rep.iter_seconds)[n // 2]
+            job.throughput.append((rep.cores, secs))
+            if secs > self.spec.epoch_seconds and name not in self._warned_slow:
+                self._warned_slow.add(name)
+                _say(f"job {name}: one iteration takes {secs:.2f} s on "
+                     f"{count(rep.cores, 'core')}, longer than the "
+                     f"{self.spec.epoch_seconds:g} s epoch; every epoch waits for it. "
+                     "Raise epoch_seconds or give it more cores.")
+            job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
+        if rep.status != "running":
+            job.status, job.reason = rep.status, rep.reason
+            job.end = self._wall_to_now(rep.end_times[-1]) if rep.end_times else self.now()
+            self.ranks.pop(name, None)
+            if rep.status == "failed":
+                _say(f"job {name} failed: {rep.reason}")
 
     def _progress(self, now: float, alloc: dict[str, int]) -> None:
         jobs = self.record.jobs.values()
@@ -333,76 +328,11 @@ class Coordinator:
                 self._pruned[job.name] = job.iterations
 
 
-def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
-    """An empty record for a fresh run of ``spec``."""
-    jobs = {
-        j.name: JobRecord(
-            name=j.name,
-            algorithm=j.algorithm,
-            convergence=load_solver(j.algorithm).convergence,
-            arrival=j.arrival,
-            max_cores=min(j.max_cores or capacity, capacity),
-        )
-        for j in spec.jobs
-    }
-    prints = {p: fingerprint(p) for p in {j.dataset.path for j in spec.jobs if j.dataset.path}}
-    attrs = {
-        "name": spec.name, "policy": spec.policy, "seed": spec.seed, "capacity": capacity,
-        "epoch_seconds": spec.epoch_seconds, "mode": "run", "config": spec.source,
-        "workdir": os.getcwd(),  # where config.yaml's relative paths point (for --resume)
-        "data_files": json.dumps({j.name: [j.dataset.path, prints[j.dataset.path]]
-                                  for j in spec.jobs if j.dataset.path}, sort_keys=True),
-    }
-    return RunRecord(attrs=attrs, jobs=jobs)
-
-
-def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
-    """Read a run's record back and roll every job to its newest good checkpoint.
-
-    Iterations recorded after that checkpoint are dropped (they run again). A corrupt
-    checkpoint is renamed to ``*.corrupt`` and reported in one line. Returns the record, the
-    next epoch number and the experiment time reached.
-    """
-    record = RunRecord.read(run_dir / "metrics.h5")
-    if "epoch" in record.attrs and "elapsed" in record.attrs:  # saved with the history
-        state = {"epoch": record.attrs["epoch"], "elapsed": record.attrs["elapsed"]}
-    else:  # a run saved by an earlier slaq-mpi
-        state = json.loads((run_dir / STATE_FILE).read_text())
-    for job in record.jobs.values():
-        if job.status in ("done", "failed"):
-            continue
-        job.status = "waiting"
-        if job.iterations == 0:
-            continue
-        ckpt, bad = checkpoint.latest(run_dir, job.name, at_most=job.iterations)
-        keep = ckpt.iteration if ckpt else 0
-        for path, _why in bad:
-            path.rename(path.with_name(path.name + ".corrupt"))
-        checkpoint.drop_after(run_dir, job.name, keep)  # written after the last save
-        if bad:
-            names = ", ".join(f"{p.name} ({why})" for p, why in bad)
-            fallback = f"resuming from {ckpt.path.name}" if ckpt else "no good checkpoint: restarting it"
-            _say(f"job {job.name}: corrupt checkpoint {names}; {fallback} at iteration {keep}")
-        _say(f"job {job.name}: continues from iteration {keep} "
-             f"({job.iterations - keep} recorded iterations will run again)")
-        job.truncate(keep)
-    epoch = int(state.get("epoch", 0))
-    record.truncate_epochs(epoch)  # rows of an epoch that never finished
-    return record, epoch, float(state.get("elapsed", 0.0))
-
-
-def _worker_error(info: dict[str, str]) -> WorkerError:
-    """A worker's posted error (:meth:`Worker.fail`), to re-raise on rank 0."""
-    return WorkerError(f"rank {info['rank']} on {info['host']} (job {info['job']}): "
-                       f"{info['error']}\n{info['traceback']}")
-
-
-def _raise_posted_error() -> None:
-    """Raise a worker's posted error if one has arrived (rank 0, while it waits in a
-    collective that a failed worker would never join)."""
-    info = comm.poll_error()
-    if info is not None:
-        raise _worker_error(info)
+def _raise_worker_error(info: dict[str, str]) -> NoReturn:
+    """Re-raise a worker's posted error (:meth:`Worker.fail`) on rank 0, tagged with its rank,
+    host and job (the link's handler for ``Tag.ERROR``)."""
+    raise WorkerError(f"rank {info['rank']} on {info['host']} (job {info['job']}): "
+                      f"{info['error']}\n{info['traceback']}")
 
 
 def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:

@@ -39,10 +39,13 @@ class CheckpointWriteError(RuntimeError):
 class Worker:
     """One worker rank's state: the job it trains, its group and its solver."""
 
-    def __init__(self, spec: ExperimentSpec, run_dir: Path) -> None:
+    def __init__(self, spec: ExperimentSpec, run_dir: Path, sleep_waits: bool = False) -> None:
+        """``sleep_waits``: this node's ranks outnumber its CPUs (:func:`comm.detect_oversubscription`),
+        so jobs' collectives wait sleeping."""
         self.spec = spec
         self.run_dir = run_dir
         self.rank = comm.world_rank()
+        self.link = comm.WorkerLink(self._on_cut, sleep_waits)
         self.jobs: dict[str, JobSpec] = {j.name: j for j in spec.jobs}
         self.color = {j.name: i for i, j in enumerate(spec.jobs)}
         self.job: str | None = None
@@ -54,7 +57,8 @@ class Worker:
         self._writer_error: BaseException | None = None
         self._writer_job: str | None = None
         self._stop_soon = False
-        self._cut = False
+        self._epoch_now = -1  # the epoch of the latest plan
+        self._cut = False  # rank 0 asked to end that epoch early
         self._state_checked = False  # the job's get_state() was checked on this rank
 
     def run(self) -> None:
@@ -62,9 +66,10 @@ class Worker:
         for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)  # end this epoch early; rank 0 stops the run
         while True:
-            plan: Plan = comm.recv_plan()
+            plan = self.link.recv_plan()
             received = time.monotonic()
-            self._cut = comm.cut_asked(plan.epoch)  # drops asks that crossed the last epoch's end
+            self._epoch_now, self._cut = plan.epoch, False
+            self.link.poll()  # an ask may come before the plan; asks for earlier epochs are dropped
             if plan.stop:
                 break
             if plan.moved:
@@ -74,8 +79,7 @@ class Worker:
                 self._epoch(plan, received)
         self._join_writer()
         self._drop()
-        comm.barrier()
-        comm.stop_cut_listening()
+        self.link.close()
 
     def fail(self, exc: BaseException) -> None:
         """An unrecoverable error on this rank: tell rank 0 (which re-raises it tagged with
@@ -87,12 +91,17 @@ class Worker:
         }
         print(f"slaq: error on rank {info['rank']} ({info['host']}, job {info['job']}): "
               f"{info['error']}\n{info['traceback']}", file=sys.stderr, flush=True)
-        comm.post_error(info)
+        self.link.post_error(info)
         time.sleep(2.0)
         comm.abort(EXIT_ABORTED)
 
     def _on_signal(self, _signum: int, _frame: object) -> None:
         self._stop_soon = True
+
+    def _on_cut(self, epoch: int) -> None:
+        """Rank 0 asked to end ``epoch`` early (the link's handler for ``Tag.CUT``)."""
+        if epoch == self._epoch_now:
+            self._cut = True
 
     def _join_writer(self) -> None:
         if self._writer is not None:
@@ -133,14 +142,14 @@ class Worker:
         if not plan.moved:
             return
         if new_job is None or new_job not in plan.moved:
-            comm.split(None, key=self.rank)  # the split is collective: take part, join nothing
+            self.link.split(None, key=self.rank)  # the split is collective: take part, join nothing
             return
         self.job = new_job  # an error from here on names the job being placed
         # Read my rows before the collective split: ranks are ordered by world rank in the
         # new group, so my position is known now, and the read overlaps the wait.
         members = sorted(plan.ranks[new_job])
         shard = read_shard(plan.data[new_job], members.index(self.rank), len(members))
-        group = comm.split(self.color[new_job], key=self.rank)
+        group = self.link.split(self.color[new_job], key=self.rank)
         if group is None:
             return
         job = self.jobs[new_job]
@@ -168,80 +177,101 @@ class Worker:
         every other job waiting for the next plan), and one small allreduce per chunk (at most
         an eighth of an epoch long) shares that size, any solver error and whether to end the
         epoch now: a stop signal, or rank 0 cutting the epoch short because another job
-        finished (:func:`slaq_mpi.runtime.timing.cut_time`). Stopping rules and NaN checks use the global
-        loss, which every rank sees, so ranks agree without talking.
+        finished (:func:`slaq_mpi.runtime.timing.cut_time`). Stopping rules and NaN checks use
+        the global loss, which every rank sees, so ranks agree without talking.
         """
-        assert self.group is not None and self.solver is not None and self.job is not None
-        job = self.jobs[self.job]
-        leader = self.group.rank == 0
+        assert self.group is not None and self.job is not None
         deadline = received + plan.epoch_seconds
         wall_deadline = time.time() + (deadline - time.monotonic())
         report = Report(self.job, plan.epoch, self.group.size, [], [], [], time.time(), wall_deadline)
-        status, reason = "running", ""
         chunk = 1
         while True:
-            error = ""
-            for _ in range(chunk):
-                t0 = time.monotonic()
-                try:
-                    loss = _loss_value(self.solver.step())
-                    t1 = time.monotonic()
-                    if not self._state_checked:  # a state no checkpoint can hold: the job fails
-                        checkpoint.state_arrays(self.solver.get_state(), self.job)  # now, not the run later
-                        self._state_checked = True
-                except Exception as exc:
-                    error = f"solver raised {exc.__class__.__name__}: {exc}"
-                    print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
-                          f"{traceback.format_exc()}", file=sys.stderr, flush=True)
-                    status, reason = "failed", error
-                    break
-                self.iteration += 1
-                report.losses.append(loss)
-                report.iter_seconds.append(t1 - t0)
-                report.end_times.append(time.time())
-                if not math.isfinite(loss):
-                    status, reason = "failed", f"loss became {loss} at iteration {self.iteration}"
-                elif job.stop.done_after(self.iteration, self.last_loss, loss):
-                    status = "done"
-                self.last_loss = loss
-                if status != "running":
-                    break
+            error = self._run_chunk(report, chunk)
             next_chunk = 0
-            if leader and status == "running":
-                est = max(report.iter_seconds[-2:])
-                left = deadline - time.monotonic() - 0.25 * est
-                # Half the time left (at most an eighth of an epoch, the delay of a cut):
-                # chunks shrink near the deadline, so a slowdown cannot overrun it by more
-                # than a few iterations.
-                next_chunk = int(min(0.5 * left, plan.epoch_seconds / 8) / max(est, 1e-9))
-                if next_chunk == 0 and left >= est:
-                    next_chunk = 1
-                self._cut = self._cut or comm.cut_asked(plan.epoch)
-            end_now = self._stop_soon or self._cut
-            # after an error here, wait a while only: the other ranks may be inside the
-            # solver's own collective, waiting for this one, and never come
-            patience = max(STUCK_SECONDS, 2 * plan.epoch_seconds)
-            flags = self.group.control_max(
-                np.array([float(bool(error)), float(next_chunk), float(end_now)]),
-                deadline=time.monotonic() + patience if error else None)
-            if flags is None:
-                raise SolverError(
-                    f"job {self.job}: its solver raised on this rank ({error}), and the job's other "
-                    f"ranks did not come within {patience:g} s: they are waiting inside the solver's "
-                    "collective. A solver must raise on every rank of the job or on none "
-                    "(docs/solvers.md); the run stops, resume it once the solver is fixed")
-            if flags[0] and status != "failed":
-                status, reason = "failed", "solver raised on another rank of the group (see the log)"
-            if status != "running" or flags[1] < 1 or flags[2]:
+            if self.group.rank == 0 and report.status == "running":
+                next_chunk = _chunk_size(report.iter_seconds, deadline, plan.epoch_seconds)
+                self.link.poll()
+            flags = self._agree(error, next_chunk, self._stop_soon or self._cut, plan.epoch_seconds)
+            if flags[0] and report.status != "failed":
+                report.status = "failed"
+                report.reason = "solver raised on another rank of the group (see the log)"
+            if report.status != "running" or flags[1] < 1 or flags[2]:
                 break
             chunk = int(flags[1])
-        report.status, report.reason = status, reason
-        if leader:
-            comm.send_report(report)
-            if status != "failed":
+        if self.group.rank == 0:
+            self.link.send_report(report)
+            if report.status != "failed":
                 self._write_checkpoint_in_background()
-        if status != "running":
+        if report.status != "running":
             self._drop()
+
+    def _run_chunk(self, report: Report, chunk: int) -> str:
+        """Run up to ``chunk`` iterations, adding them to ``report``; they end early when the
+        job is done or fails (``report.status`` says so). Returns the solver's error ("" if
+        it raised none)."""
+        assert self.solver is not None and self.job is not None
+        stop = self.jobs[self.job].stop
+        for _ in range(chunk):
+            t0 = time.monotonic()
+            try:
+                loss = _loss_value(self.solver.step())
+                t1 = time.monotonic()
+                if not self._state_checked:  # a state no checkpoint can hold: the job fails
+                    checkpoint.state_arrays(self.solver.get_state(), self.job)  # now, not the run later
+                    self._state_checked = True
+            except Exception as exc:
+                error = f"solver raised {exc.__class__.__name__}: {exc}"
+                print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
+                      f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+                report.status, report.reason = "failed", error
+                return error
+            self.iteration += 1
+            report.losses.append(loss)
+            report.iter_seconds.append(t1 - t0)
+            report.end_times.append(time.time())
+            if not math.isfinite(loss):
+                report.status = "failed"
+                report.reason = f"loss became {loss} at iteration {self.iteration}"
+            elif stop.done_after(self.iteration, self.last_loss, loss):
+                report.status = "done"
+            self.last_loss = loss
+            if report.status != "running":
+                break
+        return ""
+
+    def _agree(self, error: str, next_chunk: int, end_now: bool, epoch_seconds: float) -> np.ndarray:
+        """The group's element-wise max of (a solver raised, the leader's next chunk size,
+        end the epoch now).
+
+        Raises:
+            SolverError: this rank's solver raised and the other ranks did not come: they are
+                inside the solver's own collective, waiting for this one.
+        """
+        assert self.group is not None
+        patience = max(STUCK_SECONDS, 2 * epoch_seconds)
+        flags = self.group.control_max(
+            np.array([float(bool(error)), float(next_chunk), float(end_now)]),
+            deadline=time.monotonic() + patience if error else None)
+        if flags is None:
+            raise SolverError(
+                f"job {self.job}: its solver raised on this rank ({error}), and the job's other "
+                f"ranks did not come within {patience:g} s: they are waiting inside the solver's "
+                "collective. A solver must raise on every rank of the job or on none "
+                "(docs/solvers.md); the run stops, resume it once the solver is fixed")
+        return flags
+
+
+def _chunk_size(iter_seconds: list[float], deadline: float, epoch_seconds: float) -> int:
+    """The leader's next chunk: how many iterations fit in half the time left before
+    ``deadline`` (``time.monotonic()``), at most an eighth of an epoch (the delay of a cut).
+    Chunks shrink near the deadline, so a slowdown cannot overrun it by more than a few
+    iterations; 0 ends the epoch."""
+    est = max(iter_seconds[-2:])
+    left = deadline - time.monotonic() - 0.25 * est
+    chunk = int(min(0.5 * left, epoch_seconds / 8) / max(est, 1e-9))
+    if chunk == 0 and left >= est:
+        chunk = 1
+    return chunk
 
 
 def _loss_value(value: object) -> float:
