@@ -318,6 +318,5 @@ def check(sub: Submission, config_arg: str, cwd: Path, note: Callable[[str], Non
             note(f"{run_dir} holds an earlier run of this config; the job will resume it "
                  "(move it away for a fresh run)")
         else:
-            config.check_sections(spec, simulation_files=False)
             rundir.check_fresh(run_dir, "output_dir", config.input_files(spec))
             config.check_data_space(spec)
