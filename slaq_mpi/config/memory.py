@@ -8,6 +8,7 @@ process killed. The checks before a run starts compare against the lower of the 
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from pathlib import Path
 
 __all__ = ["cgroup_limit", "format_bytes", "memory_here", "physical_memory"]
@@ -15,6 +16,7 @@ __all__ = ["cgroup_limit", "format_bytes", "memory_here", "physical_memory"]
 _PROC_CGROUP = Path("/proc/self/cgroup")
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _NO_LIMIT = 2**60  # bytes; v1 writes its "no limit" as about 2^63
+_MANY_BYTES = 1024**6 * 1000  # and more: shown as 1.02e+06 PiB
 
 
 def physical_memory() -> int | None:
@@ -74,6 +76,8 @@ def memory_here() -> tuple[int, str] | None:
 def format_bytes(n: float) -> str:
     """A byte count for people: ``745 GiB``, ``23.5 GiB``."""
     units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
+    if n >= _MANY_BYTES:  # in digits, not floats: an integer may be beyond any float
+        return f"{Decimal(n) / 1024 ** (len(units) - 1):.3g} {units[-1]}"
     i = 0
     while n >= 1024 and i < len(units) - 1:
         n, i = n / 1024, i + 1

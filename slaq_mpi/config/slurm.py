@@ -319,12 +319,13 @@ def _mpi(mpi: Any, launcher: str) -> str:
 
 def _default_lead(time: Any, limit: float, epoch_seconds: float) -> int:
     """Three epochs (at least the 120 s default), which must fit in Slurm's range and the limit."""
-    lead = max(_DEFAULT_LEAD, math.ceil(3 * epoch_seconds))
-    if lead > _MAX_LEAD:
+    three = 3 * epoch_seconds
+    if three > _MAX_LEAD:
         raise ConfigError("slurm.signal_lead", NO_VALUE,
-                          f"its default, three epochs ({lead} s), is above the {_MAX_LEAD} s "
+                          f"its default, three epochs ({three:.6g} s), is above the {_MAX_LEAD} s "
                           "Slurm allows: give slurm.signal_lead (more than one epoch) or "
                           "shorten epoch_seconds")
+    lead = max(_DEFAULT_LEAD, math.ceil(three))
     if lead >= limit:
         raise ConfigError("slurm.time", time,
                           f"leaves no room for the default warning {lead} s before the limit; "

@@ -133,9 +133,8 @@ def generator_param_problem(key: str, value: Any) -> str | None:
     want = {**GENERATOR_REQUIRED, "seed": int, **optional}[key]
     lo, open_lo = GENERATOR_MIN[key]
     if want is int:
-        if key == "seed" and not isinstance(value, bool) and isinstance(value, int | np.integer) \
-                and value > SEED_MAX:
-            return f"must be an integer in [0, {SEED_MAX}]"
+        if not isinstance(value, bool) and isinstance(value, int | np.integer) and value > SEED_MAX:
+            return f"must be an integer in [{int(lo)}, {SEED_MAX}]"
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
             return f"must be an integer >= {int(lo)}"
         return None
