@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
+import sys
 import typing
 from typing import Any, Protocol
 
@@ -68,7 +68,7 @@ def _check_params(name: str, cls: type, params: dict[str, Any]) -> None:
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif want is float:
             ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                  and math.isfinite(value))
+                  and abs(value) <= sys.float_info.max)  # not NaN, inf or an integer beyond any float
         elif want is str:
             ok = isinstance(value, str)
         else:
