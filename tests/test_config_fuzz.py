@@ -171,3 +171,27 @@ def test_a_generator_given_as_a_list_or_mapping_is_refused_in_one_line(generator
     assert status == 2
     assert err == (f"slaq: error: jobs[0].dataset.generator: {generator!r} is not allowed; allowed: "
                    "blobs, classification, documents, regression (or give a path)\n")
+
+
+def experiment(rows: Any = 100, **top: Any) -> str:
+    """A one-job experiment as flow-style YAML, with its top-level keys ``top``."""
+    job = {"name": "a", "algorithm": "logreg",
+           "dataset": {"generator": "classification", "rows": rows, "features": 3}}
+    return flow_yaml(pairs({"name": "t", "jobs": [job], **top})) + "\n"
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    (experiment(seed=Verbatim("9" * 5000)), "is not allowed; a value in its YAML cannot be read "
+     "(Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits)"),
+    (experiment(policy={"name": "goodput", "params": {"p": 10**400}}),
+     f"policy 'goodput' parameter p is {10**400}; it must be a finite number"),
+    (experiment(rows=2**64), f"jobs[0].dataset.rows: {2**64} is not allowed; must be an integer in "
+     f"[1, {2**63 - 1}]"),
+    (experiment(epoch_seconds=1e308, slurm={"time": "UNLIMITED"}),
+     "slurm.signal_lead: its default, three epochs (inf s), is above the 65535 s Slurm allows"),
+])
+def test_numbers_beyond_any_float_are_refused_in_one_line(text: str, line: str) -> None:
+    """Numbers the mutations reach, in keys the shipped configs leave out."""
+    status, err, caught = validate(text)
+    assert (status, caught) == (2, []) and err.count("\n") == 1, err
+    assert line in err, err
