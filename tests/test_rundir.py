@@ -11,6 +11,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,7 +245,17 @@ def _fake_launch(monkeypatch: pytest.MonkeyPatch, run_dir: Path, open_mpi: bool,
 
     monkeypatch.setattr(launch.subprocess, "Popen", FakeChild)
     monkeypatch.setattr(launch, "is_open_mpi", lambda exe: open_mpi)
-    monkeypatch.setattr(signal, "signal", lambda sig, h: handlers.__setitem__(sig, h))  # not pytest's
+    real_signal = signal.signal
+
+    def fake_signal(sig: int, handler: Any) -> Any:
+        """Record the handlers of the stops the launcher relays; any other signal (the test
+        time limit's SIGALRM of tests/conftest.py) is set for real."""
+        if sig not in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            return real_signal(sig, handler)
+        handlers[sig] = handler
+        return None
+
+    monkeypatch.setattr(signal, "signal", fake_signal)
     args = argparse.Namespace(resume=None, config="c.yaml")
     got = launch._relaunch(args, argparse.Namespace(ranks=8), "mpiexec", run_dir,  # type: ignore[arg-type]
                            started)
