@@ -1,13 +1,15 @@
 """Slurm tier: ``slaq submit`` against a real Slurm (scripts/local-slurm.sh starts one on localhost).
 
-Runs whenever Slurm answers; skips otherwise, except under CI=true, where a silent Slurm FAILS.
-The runs use tests/configs/slurm-small.yaml (3 jobs, 4 ranks, 1 s epochs, about 30 s). Jobs are
-watched by polling ``scontrol show job``; a job still alive at the end of a test is cancelled.
+Runs whenever Slurm answers; skips otherwise, except under CI (any true value of CI), where a
+silent Slurm FAILS. The runs use tests/configs/slurm-small.yaml (3 jobs, 4 ranks, 1 s epochs,
+about 30 s). Jobs are watched by polling ``scontrol show job`` and the job's log until what is
+awaited happens (a safety net of GIVE_UP seconds); a job still alive at the end of a test is
+cancelled. No check depends on how long anything takes.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import shutil
 import sys
@@ -23,7 +25,7 @@ import yaml
 
 from slaq_mpi.slurm import submit as slurm
 from slaq_mpi.slurm.submit import SlurmError
-from tests.conftest import run_slaq
+from tests.conftest import ROOT, run_slaq, under_ci
 
 pytestmark = pytest.mark.slurm
 
@@ -54,8 +56,8 @@ def slurm_up() -> None:
     problem = _slurm_problem()
     if problem is None:
         return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and Slurm does not answer ({problem}); start it with scripts/ci-slurm.sh")
+    if under_ci():
+        pytest.fail(f"under CI and Slurm does not answer ({problem}); start it with scripts/ci-slurm.sh")
     pytest.skip(f"no Slurm here ({problem}); start one with scripts/local-slurm.sh")
 
 
@@ -95,10 +97,18 @@ class Submitted:
             slurm.run_cmd(["scancel", self.job_id])
 
 
-def _submit(workdir: Path, **slurm_keys: Any) -> Submitted:
+# A job that takes at least 0.02 s per iteration, 40 s in all, on any machine: a run with it is
+# still going after a stop, a requeue and a few epochs more.
+PACED_JOB = {"name": "paced", "algorithm": f"{ROOT / 'tests' / 'solvers' / 'paced.py'}:Paced",
+             "hyperparameters": {"pace": 0.02}, "stop": {"max_iterations": 2000},
+             "dataset": {"generator": "classification", "rows": 2000, "features": 10, "seed": 4}}
+
+
+def _submit(workdir: Path, extra_jobs: tuple[dict[str, Any], ...] = (), **slurm_keys: Any) -> Submitted:
     workdir.mkdir(parents=True, exist_ok=True)
     raw = yaml.safe_load(CONFIG.read_text())
     raw["output_dir"] = str(workdir / "run")
+    raw["jobs"] += list(extra_jobs)
     raw.setdefault("slurm", {})
     raw["slurm"].update({"python": sys.executable, "output": str(workdir / "slurm-%j.out"), **slurm_keys})
     cfg = workdir / "slurm-small.yaml"
@@ -237,15 +247,48 @@ def test_scancel_ends_the_job_for_good_and_a_second_run_is_refused(tmp_path: Pat
         assert "starting" not in again.stdout  # refused before any rank started
 
         assert slurm.run_cmd(["scancel", job.job_id]).returncode == 0
-        info = job.wait_final()
-        time.sleep(15)  # a requeued job would be pending again by now (BeginTime about 10 s)
-        info = job.info() or info
+        # JobState leaves COMPLETING once every process of the job, the batch script included,
+        # has ended: from then on nothing can requeue it (a requeue shows as a restart at once)
+        info = job.wait_for("the end of the batch script", lambda i: i.get("JobState") in FINAL_STATES
+                            or int(i.get("Restarts", "0")) > 0)
         log = job.log_text()
         assert info.get("JobState") == "CANCELLED", f"{info}\n{log[-3000:]}"
         assert info.get("Restarts") == "0", f"the cancelled job was requeued\n{log[-3000:]}"
         assert "requeueing" not in log
     finally:
         job.cancel()
+
+
+def test_max_restarts_ends_the_requeues(tmp_path: Path) -> None:
+    # slurm.max_restarts: 1 (docs/slurm.md): the first graceful stop requeues the job, the
+    # second (its restart count is 1) stops it for good, resumable, with exit status 75
+    job = _submit(tmp_path / "limited", extra_jobs=(PACED_JOB,), max_restarts=1)
+    try:
+        job.wait_for("three epochs", lambda i: i.get("JobState") in FINAL_STATES
+                     or len(_epoch_numbers(job.log_text())) >= 3)
+        assert slurm.run_cmd(["scancel", "--signal=USR1", "--batch", job.job_id]).returncode == 0
+        job.wait_for("the restart and two epochs after it", lambda i: i.get("JobState") in FINAL_STATES
+                     or (int(i.get("Restarts", "0")) >= 1 and i.get("JobState") == "RUNNING"
+                         and len(_epoch_numbers(_after_resume(job))) >= 2))
+        assert job.info().get("JobState") == "RUNNING", f"{job.info()}\n{job.log_text()[-3000:]}"
+        assert slurm.run_cmd(["scancel", "--signal=USR1", "--batch", job.job_id]).returncode == 0
+        info = job.wait_final()
+        log = job.log_text()
+        assert info["JobState"] == "FAILED" and info["ExitCode"] == "75:0", f"{info}\n{log[-3000:]}"
+        assert info["Restarts"] == "1", f"{info}\n{log[-3000:]}"
+        assert log.count("requeueing") == 1, log[-3000:]
+        last = [ln for ln in log.splitlines() if ln.startswith("slaq.sbatch:")][-1]
+        assert "restart 1: stopped with checkpoints; resume with: slaq run --resume" in last, last
+        assert not json.loads((job.run_dir / "state.json").read_text())["finished"]
+    finally:
+        job.cancel()
+
+
+def _after_resume(job: Submitted) -> str:
+    """The job's log from its resumed start on (empty before it)."""
+    log = job.log_text()
+    at = log.find(f"resuming {job.run_dir}")
+    return "" if at < 0 else log[at:]
 
 
 def test_an_impossible_request_is_refused_not_left_pending(tmp_path: Path) -> None:
