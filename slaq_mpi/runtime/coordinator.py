@@ -94,7 +94,7 @@ class Coordinator:
     def _wall_to_now(self, wall: float) -> float:
         return self.now() - (time.time() - wall)
 
-    def _check_stop_file(self) -> bool:
+    def _stop_asked(self) -> bool:
         """Whether a stop was asked for (a stop signal, or the run's STOP file)."""
         if self.stop_requested:
             return True
@@ -120,7 +120,7 @@ class Coordinator:
              f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")
         status = None
         while status is None:
-            status = EXIT_STOPPED if self._check_stop_file() else self._one_epoch()
+            status = EXIT_STOPPED if self._stop_asked() else self._one_epoch()
         self.link.broadcast_plan(Plan(epoch=self.epoch, epoch_seconds=0.0, stop=True))
         self.link.close()
         self._save(finished=status != EXIT_STOPPED)
@@ -147,7 +147,7 @@ class Coordinator:
 
     def _wait_until(self, t: float) -> None:
         """Sleep until the experiment's time ``t``, or until a stop is asked."""
-        _CLOCK.wait(self._check_stop_file, deadline=self._t0 + t)
+        _CLOCK.wait(self._stop_asked, deadline=self._t0 + t)
 
     def _one_epoch(self) -> int | None:
         """Decide, run and record one epoch (or wait for the next arrival); the exit status

@@ -1,8 +1,8 @@
 """Stop signals that reach a rank of ``slaq run`` while it is still starting.
 
-A Ctrl-C or ``kill`` right after ``slaq run`` reaches the ranks (through mpiexec or srun)
-before their handlers are installed, and Python's default action killed them: mpiexec then
-reported a crash (exit 15). Installed first by the entry points, this module records such signals
+A Ctrl-C or ``kill`` right after ``slaq run`` can reach the ranks (through mpiexec or srun)
+before their handlers are installed; Python's default action would kill them, and mpiexec
+would report a crash. Installed first by the entry points, this module records such signals
 on ranks of ``slaq run`` under an MPI launcher; the coordinator treats them as a stop request.
 Any other process keeps Python's default behaviour.
 """
