@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import scipy.sparse as sp
 
+from slaq_mpi.data import cache
 from slaq_mpi.data.datasets import CHUNK_ROWS, LABEL_RULES, DatasetSpec, RowWriter
 from slaq_mpi.errors import ConfigError, DataError
 from slaq_mpi.storage.durable import replacing
@@ -208,7 +209,14 @@ def generate(spec: DatasetSpec, path: Path, seed: int) -> None:
             Xc, yc = chunk(np.random.default_rng([data_seed, i + 1]), min(step, rows - lo))
             writer.append(Xc, yc)
         writer.close()
-        f.attrs["generator"] = json.dumps({"generator": spec.generator, **p, "seed": data_seed})
+        f.attrs["generator"] = _description(spec, seed)
+
+
+def _description(spec: DatasetSpec, seed: int) -> str:
+    """The ``generator`` attribute of the file ``spec`` generates with job seed ``seed``: JSON
+    of the generator, its parameters and the data seed."""
+    p = dict(spec.params)
+    return json.dumps({"generator": spec.generator, **p, "seed": int(p.get("seed", seed))})
 
 
 def generated_bytes(spec: DatasetSpec) -> float:
@@ -240,10 +248,34 @@ def check_space(needed: float, where: Path, what: str) -> None:
 
 
 def materialize(spec: DatasetSpec, data_dir: Path, seed: int) -> Path:
-    """The HDF5 file for ``spec``: its path, or a generated file under ``data_dir``."""
+    """The HDF5 file for ``spec``: its path, or ``data_dir/<key>.h5`` for a generated one, the
+    file the data cache keeps for this spec and seed (:mod:`slaq_mpi.data.cache`), generated
+    there first unless a run made it before. A cache that cannot be written is passed over,
+    with a line saying so: the file is generated in ``data_dir``."""
     if spec.path is not None:
         return Path(spec.path)
     path = data_dir / f"{spec.key(seed)}.h5"
-    if not path.exists():
+    if path.exists():  # a link whose cached file was removed is made again
+        return path
+    try:
+        kept = cache.cached(spec.key(seed), _description(spec, seed),
+                            lambda tmp: generate(spec, tmp, seed))
+    except (OSError, RuntimeError) as exc:  # RuntimeError: no home directory to find it in
+        why = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else exc
+        print(f"slaq: the data cache cannot be used ({why}); generating {path.name} in {data_dir} "
+              f"(set {cache.CACHE_ENV} to a directory every node can write)", flush=True)
         generate(spec, path, seed)
+        return path
+    cache.link(kept, path)
     return path
+
+
+def will_generate(spec: DatasetSpec, data_dir: Path, seed: int) -> bool:
+    """Whether :func:`materialize` would generate ``spec`` (neither ``data_dir`` nor the data
+    cache holds it yet)."""
+    if spec.generator is None or (data_dir / f"{spec.key(seed)}.h5").exists():
+        return False
+    try:
+        return not cache.holds(spec.key(seed), _description(spec, seed))
+    except (OSError, RuntimeError):
+        return True
