@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import shlex
@@ -16,7 +17,7 @@ from slaq_mpi.cli._output import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.storage.outpaths import check_writable
 
-__all__ = ["JSON_KEYS", "add_cli", "cmd_curves_record", "cmd_sim_check", "cmd_simulate"]
+__all__ = ["JSON_KEYS", "add_cli", "bound_line", "cmd_curves_record", "cmd_sim_check", "cmd_simulate"]
 
 #: Per-policy keys of ``slaq simulate --json`` (other issues append to this tuple).
 JSON_KEYS: tuple[str, ...] = (
@@ -77,18 +78,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """``slaq simulate CONFIG``: simulate every policy on the same workload and summarize."""
     from slaq_mpi.cli.report import format_table, window_line
     from slaq_mpi.config import experiment as config
+    from slaq_mpi.report.evaluation import common_l_star, comparison_window
     from slaq_mpi.report.summary import json_value, summarize_runs
+    from slaq_mpi.sim.bound import bound_metrics
     from slaq_mpi.sim.curves import CurveLibrary
-    from slaq_mpi.sim.run import run_policies
+    from slaq_mpi.sim.run import run_workload
     from slaq_mpi.sim.settings import check_policy_name, parse_settings
     from slaq_mpi.storage import rundir
 
     _check_out(args.out)
     spec = config.load(args.config, check_files=False)
+    if args.seed is not None:
+        spec = dataclasses.replace(spec, seed=args.seed)
     for i, name in enumerate(args.policy or []):
         check_policy_name(name, "--policy")
         if name in args.policy[:i]:
             raise ConfigError("--policy", name, "it is given twice; give each policy once")
+    if args.draws is not None:
+        return _simulate_draws(args, spec)
     library = CurveLibrary.load(parse_settings(spec).curve_file)
     out = Path(args.out) if args.out else None
     say = _progress(args)
@@ -96,17 +103,56 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     with rundir.fresh_output(out, "--out") if out is not None else contextlib.nullcontext() as aside:
         if aside is not None:
             say(f"moved the previous contents of {out} to {aside}")
-        runs = run_policies(spec, args.policy or None, out=out, progress=say,
-                            max_epochs=args.max_epochs, library=library)
+        work, runs = run_workload(spec, args.policy or None, out=out, progress=say,
+                                  max_epochs=args.max_epochs, library=library)
     rows, window = summarize_runs(runs)
+    bound = bound_metrics(work.jobs, work.capacity, common_l_star(runs.values()),
+                          comparison_window(runs.values()))
     say(window_line(window))
     say(format_table(rows))
+    say(bound_line(rows, bound))
     if out is not None:
         say(f"metrics written to {out}/<policy>/metrics.h5; plots: slaq report {shlex.quote(str(out))}")
     if args.json:
         payload = {"policies": {n: {k: json_value(k, r.get(k, math.nan)) for k in JSON_KEYS}
-                                for n, r in rows.items()}}
+                                for n, r in rows.items()},
+                   "bound": {k: json_value(k, v) for k, v in bound.items()}}
         print(json.dumps(payload), flush=True)
+    return 0
+
+
+def bound_line(rows: dict[str, dict[str, float]], bound: dict[str, float]) -> str:
+    """The line giving the workload's bound on job-seconds and each policy's distance to it."""
+    lb = bound.get("normalized_loss_job_s", math.nan)
+    above = ", ".join(f"{n} +{(r['normalized_loss_job_s'] / lb - 1) * 100:.1f}%"
+                      for n, r in rows.items() if lb > 0 and math.isfinite(r["normalized_loss_job_s"]))
+    return (f"bound (every job alone on all the cores it may use from its arrival; no policy goes "
+            f"below it): loss job-s {lb:.1f}" + (f"; above it: {above}" if above else ""))
+
+
+def _simulate_draws(args: argparse.Namespace, spec: Any) -> int:
+    """``slaq simulate CONFIG --draws K``: every policy on K workload draws, summarized."""
+    from slaq_mpi.config.experiment import EXPERIMENT_SEED_MAX
+    from slaq_mpi.report.draws import draws_payload, format_draws
+    from slaq_mpi.sim.draws import run_draws
+    from slaq_mpi.sim.settings import parse_settings
+
+    if args.out is not None:
+        raise ConfigError("--out", args.out, "is for one draw; leave it out with --draws "
+                          "(or run one draw with --seed N --out DIR)")
+    if spec.seed + args.draws - 1 > EXPERIMENT_SEED_MAX:
+        raise ConfigError("--draws", str(args.draws), f"seeds {spec.seed}.. would pass "
+                          f"{EXPERIMENT_SEED_MAX}; give a smaller --seed")
+    settings = parse_settings(spec)  # the curve file is checked once, before any process starts
+    policies = list(args.policy or settings.policies)
+    say = _progress(args)
+    ds = run_draws(spec, policies, spec.seed, args.draws, jobs=args.jobs,
+                   max_epochs=args.max_epochs, progress=say)
+    for note in sorted({n for d in ds.draws for n in d.notes}):
+        say(note)
+    say(format_draws(ds))
+    if args.json:
+        print(json.dumps(draws_payload(ds, JSON_KEYS)), flush=True)
     return 0
 
 
@@ -234,6 +280,14 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
     p.add_argument("--max-epochs", type=_positive_int, default=None,
                    help="stop after this many epochs; jobs due later are left out of the table")
+    p.add_argument("--seed", type=_seed, default=None,
+                   help="the workload's seed, in place of the config's seed: (with --draws) the first")
+    p.add_argument("--draws", type=_positive_int, default=None, metavar="K",
+                   help="run every policy on K workload draws (seeds SEED..SEED+K-1) and give "
+                        "the median and interquartile range over them, and each policy's "
+                        "per-draw change against the first policy")
+    p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                   help="processes running the draws at once (default: the cores of this machine)")
     p.set_defaults(func=cmd_simulate)
     p = subparsers.add_parser("curves", help="the simulator's loss-curve library")
     csub = p.add_subparsers(dest="curves_command", required=True, metavar="ACTION")

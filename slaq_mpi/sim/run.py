@@ -23,8 +23,8 @@ from slaq_mpi.sim.settings import SimSettings, parse_settings
 from slaq_mpi.sim.workload import SimJob, build_workload, stop_iteration
 from slaq_mpi.storage.metrics import JobTrace, RunData, write_metrics
 
-__all__ = ["Comparison", "compare_with_run", "prepare", "read_real_run", "run_policies",
-           "share_difference"]
+__all__ = ["Comparison", "SimWorkload", "compare_with_run", "prepare", "read_real_run",
+           "run_policies", "run_workload", "share_difference"]
 
 
 def prepare(spec: Any, library: CurveLibrary | None = None, notes: list[str] | None = None,
@@ -43,6 +43,14 @@ def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Pa
                  progress: Callable[[str], None] | None = None, max_epochs: int | None = None,
                  library: CurveLibrary | None = None) -> dict[str, RunData]:
     """Simulate ``spec`` under each policy on the same workload; write OUT/<policy>/metrics.h5."""
+    return run_workload(spec, policies, out, progress, max_epochs, library)[1]
+
+
+def run_workload(spec: Any, policies: Sequence[str] | None = None, out: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None, max_epochs: int | None = None,
+                 library: CurveLibrary | None = None,
+                 ) -> tuple[SimWorkload, dict[str, RunData]]:
+    """As :func:`run_policies`, also returning the workload simulated (for its bound)."""
     notes: list[str] = []
     settings, jobs = prepare(spec, library, notes, max_epochs)
     for note in notes:
@@ -67,7 +75,15 @@ def run_policies(spec: Any, policies: Sequence[str] | None = None, out: str | Pa
         runs[name] = run
         if out is not None:
             write_metrics(Path(out) / name / "metrics.h5", run)
-    return runs
+    return SimWorkload(jobs, settings.capacity), runs
+
+
+@dataclass(frozen=True)
+class SimWorkload:
+    """The jobs of a simulation and the cores they shared."""
+
+    jobs: list[SimJob]
+    capacity: int
 
 
 def _shares_at(run: RunData, t: np.ndarray, names: list[str]) -> np.ndarray:
