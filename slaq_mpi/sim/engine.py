@@ -89,7 +89,7 @@ def _speed(s: _State, cores: int, noise: float) -> float:
 
     ``noise`` is the relative standard deviation of the job's speed (iterations per second):
     the speed is multiplied by a lognormal factor of mean 1, so noise changes no job's mean
-    speed (a normal factor on the seconds, floored, made every job faster on average)."""
+    speed."""
     tpi = s.job.scaling.seconds(cores)
     if noise > 0:
         sigma = math.sqrt(math.log1p(noise * noise))
@@ -190,92 +190,132 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
     """
     if epoch_model not in EPOCH_MODELS:
         raise ValueError(f"epoch_model must be one of {EPOCH_MODELS}, not {epoch_model!r}")
-    live = epoch_model == "live"
     pname = str(getattr(policy, "name", type(policy).__name__))
     if hasattr(policy, "bind_truth"):
         policy.bind_truth({j.name: j for j in jobs})
-    states = [_State(j, i, seed) for i, j in enumerate(jobs)]
-    pending = sorted(states, key=lambda s: (s.job.arrival, s.col))
-    nxt = 0
-    active: list[_State] = []
-    epoch_t: list[float] = []
-    rows: list[dict[int, int]] = []
-    decision: list[float] = []
-    now, epochs, done = 0.0, 0, 0
+    sim = _Simulation(jobs, seed, capacity, epoch_seconds, epoch_model == "live")
     last_print = time.perf_counter()
-    while nxt < len(pending) or active:
-        if max_epochs is not None and epochs >= max_epochs:
+    while sim.going():
+        if max_epochs is not None and sim.epochs >= max_epochs:
             break
-        if horizon is not None and now >= horizon:
+        if horizon is not None and sim.now >= horizon:
             break
-        if not active and pending[nxt].job.arrival > now:
-            now = pending[nxt].job.arrival  # idle: the next decision is at the arrival, as live
-            if horizon is not None and now >= horizon:
-                now = horizon  # that arrival is past the horizon: the run ends there
-                break
-        while nxt < len(pending) and pending[nxt].job.arrival <= now:
-            active.append(pending[nxt])
-            nxt += 1
-        length = epoch_length(now, pending[nxt].job.arrival if nxt < len(pending) else None,
-                              epoch_seconds)
+        if not sim.admit(horizon):
+            break
+        alloc, length = sim.decide(policy, pname, horizon)
+        sim.run_epoch(alloc, length, time_noise, reconfigure_seconds)
+        if progress is not None and time.perf_counter() - last_print >= progress_seconds:
+            last_print = time.perf_counter()
+            progress(f"  {pname}: t={sim.now:,.0f} s, epoch {sim.epochs}, {len(sim.active)} active, "
+                     f"{sim.done}/{len(sim.states)} done")
+    return sim.result(name=name, policy=pname, seed=seed, config_text=config_text)
+
+
+class _Simulation:
+    """One simulation between its epochs: the jobs, the clock and what was recorded."""
+
+    def __init__(self, jobs: Sequence[SimJob], seed: int, capacity: int, epoch_seconds: float,
+                 live: bool) -> None:
+        self.states = [_State(j, i, seed) for i, j in enumerate(jobs)]
+        self.pending = sorted(self.states, key=lambda s: (s.job.arrival, s.col))
+        self.nxt = 0  # the first pending job that has not arrived
+        self.active: list[_State] = []
+        self.capacity = capacity
+        self.epoch_seconds = epoch_seconds
+        self.live = live
+        self.epoch_t: list[float] = []
+        self.rows: list[dict[int, int]] = []
+        self.decision: list[float] = []
+        self.now, self.epochs, self.done = 0.0, 0, 0
+
+    def going(self) -> bool:
+        """Whether a job is still to arrive or to finish."""
+        return self.nxt < len(self.pending) or bool(self.active)
+
+    def admit(self, horizon: float | None) -> bool:
+        """Admit the jobs that have arrived, jumping an idle cluster's clock to the next
+        arrival (the next decision is then, as live); False if that is past ``horizon`` (the
+        run ends there)."""
+        pending = self.pending
+        if not self.active and pending[self.nxt].job.arrival > self.now:
+            self.now = pending[self.nxt].job.arrival
+            if horizon is not None and self.now >= horizon:
+                self.now = horizon
+                return False
+        while self.nxt < len(pending) and pending[self.nxt].job.arrival <= self.now:
+            self.active.append(pending[self.nxt])
+            self.nxt += 1
+        return True
+
+    def decide(self, policy: Any, pname: str, horizon: float | None) -> tuple[dict[str, int], float]:
+        """The policy's checked allocation for the next epoch, and that epoch's length."""
+        upcoming = self.pending[self.nxt].job.arrival if self.nxt < len(self.pending) else None
+        length = epoch_length(self.now, upcoming, self.epoch_seconds)
         if horizon is not None:
-            length = min(length, horizon - now)  # the last epoch ends at the horizon
-        snap = _snapshot(active, capacity, now, length)
+            length = min(length, horizon - self.now)  # the last epoch ends at the horizon
+        snap = _snapshot(self.active, self.capacity, self.now, length)
         t0 = time.perf_counter()
         raw = policy.allocate(snap)
-        decision.append((time.perf_counter() - t0) * 1000.0)
+        self.decision.append((time.perf_counter() - t0) * 1000.0)
         try:
-            alloc = checked_allocation(raw, snap, pname)
+            return checked_allocation(raw, snap, pname), length
         except ContractError as exc:
             raise SimulationError(str(exc)) from None
+
+    def run_epoch(self, alloc: dict[str, int], length: float, noise: float,
+                  reconfigure: float) -> None:
+        """Run every active job on its cores for an epoch of ``length`` seconds (shorter if
+        jobs finish in it), then move the clock to the next decision."""
         row: dict[int, int] = {}
         speed: dict[int, tuple[float, float]] = {}
         finishing: list[tuple[float, int]] = []
-        for s in active:
+        for s in self.active:
             c = alloc.get(s.job.name, 0)
             if c:
                 row[s.col] = c
-                tpi, pen = _speed(s, c, time_noise), _penalty(s, c, reconfigure_seconds)
+                tpi, pen = _speed(s, c, noise), _penalty(s, c, reconfigure)
                 speed[s.col] = (tpi, pen)
-                at = _finish(s, length, tpi, pen, live)
+                at = _finish(s, length, tpi, pen, self.live)
                 if math.isfinite(at):
                     finishing.append((at, c))
         if finishing and len(finishing) == len(speed):  # all report early: the next epoch starts
             length = min(length, max(at for at, _ in finishing))
         elif finishing:  # a job frees its cores mid-epoch: re-decide then if worth it
-            length = _cut(length, finishing, epoch_seconds, capacity)
+            length = _cut(length, finishing, self.epoch_seconds, self.capacity)
+        now = self.now
         ends: list[float] = []
-        for s in active:
+        for s in self.active:
             tpi, pen = speed.get(s.col, (math.inf, 0.0))
-            ends.append(_advance(s, alloc.get(s.job.name, 0), now, length, tpi, pen, live))
-        epoch_t.append(now)
-        rows.append(row)
+            ends.append(_advance(s, alloc.get(s.job.name, 0), now, length, tpi, pen, self.live))
+        self.epoch_t.append(now)
+        self.rows.append(row)
         step = length
-        if live:
+        if self.live:
             step = max(length, max(ends, default=now) - now)
-            for s in active:
+            for s in self.active:
                 held = (s.end if not math.isnan(s.end) else now + step) - now
                 s.attained += s.cores * held
-        still = [s for s in active if math.isnan(s.end)]
-        done += len(active) - len(still)
-        active = still
-        now += step
-        epochs += 1
-        if progress is not None and time.perf_counter() - last_print >= progress_seconds:
-            last_print = time.perf_counter()
-            progress(f"  {pname}: t={now:,.0f} s, epoch {epochs}, {len(active)} active, "
-                     f"{done}/{len(states)} done")
-    alloc_arr = np.zeros((len(rows), len(states)), dtype=np.int32)
-    for e, row in enumerate(rows):
-        for col, c in row.items():
-            alloc_arr[e, col] = c
-    return RunData(
-        name=name, policy=pname, seed=seed, capacity=capacity, epoch_seconds=epoch_seconds,
-        mode="simulate", config=config_text, jobs={s.job.name: _trace(s) for s in states},
-        job_names=[s.job.name for s in states], epoch_time=np.array(epoch_t, dtype=np.float64),
-        alloc=alloc_arr, decision_ms=np.array(decision, dtype=np.float64),
-        pause_ms=np.full(len(rows), np.nan), moved=_moved(alloc_arr), stopped=now,
-    )
+        still = [s for s in self.active if math.isnan(s.end)]
+        self.done += len(self.active) - len(still)
+        self.active = still
+        self.now += step
+        self.epochs += 1
+
+    def result(self, *, name: str, policy: str, seed: int, config_text: str) -> RunData:
+        """The run's traces, as metrics.h5 holds them."""
+        alloc_arr = np.zeros((len(self.rows), len(self.states)), dtype=np.int32)
+        for e, row in enumerate(self.rows):
+            for col, c in row.items():
+                alloc_arr[e, col] = c
+        return RunData(
+            name=name, policy=policy, seed=seed, capacity=self.capacity,
+            epoch_seconds=self.epoch_seconds, mode="simulate", config=config_text,
+            jobs={s.job.name: _trace(s) for s in self.states},
+            job_names=[s.job.name for s in self.states],
+            epoch_time=np.array(self.epoch_t, dtype=np.float64), alloc=alloc_arr,
+            decision_ms=np.array(self.decision, dtype=np.float64),
+            pause_ms=np.full(len(self.rows), np.nan), moved=_moved(alloc_arr), stopped=self.now,
+        )
 
 
 def _moved(alloc: np.ndarray) -> np.ndarray:

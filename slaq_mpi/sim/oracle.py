@@ -8,8 +8,7 @@ the upper bound that shows how much of the possible gain ``slaq``'s predictions 
 Gains are counted on the loss of the model being trained: after ``n`` reports the model's loss
 is ``curve[n]``, which the job reports one iteration later. Counting instead on the reported
 loss, a new job's first iteration gains nothing (it only measures ``L0``), its gains stop being
-concave, and a greedy then keeps every new job on one core: on configs/paper.yaml that oracle
-was 264% WORSE than ``fair``.
+concave, and a greedy then keeps every new job on one core.
 """
 
 from __future__ import annotations
