@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "policies": {"brain", "config.values", "config.schema"},
     "storage": {"policies"},
     "data": {"storage", "jobs.base"},
-    "config": {"data", "storage", "policies", "slurm.settings", "jobs"},
+    "config": {"data", "storage", "policies", "jobs"},
     "runtime": {"config", "storage", "data", "policies", "brain", "jobs"},
     "report": {"storage", "policies", "brain", "sim.scaling", "runtime.timing"},
     "sim": {"brain", "policies", "config", "storage", "data", "report", "runtime.timing", "jobs"},
