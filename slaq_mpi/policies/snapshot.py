@@ -68,7 +68,9 @@ class ClusterSnapshot:
 def utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float], ...]:
     """A job's validated ``utility:`` mapping as the sorted ``(key, value)`` pairs a
     :class:`JobSnapshot` holds (``()`` for a job without one)."""
-    return tuple(sorted((str(key), float(value)) for key, value in (utility or {}).items()))
+    if not utility:
+        return ()
+    return tuple(sorted((str(key), float(value)) for key, value in utility.items()))
 
 
 def job_snapshot(job_id: str, *, losses: Sequence[float], throughput: Sequence[tuple[int, float]],
