@@ -36,6 +36,7 @@ def test_an_epoch_is_cut_when_a_job_finishes_with_enough_of_it_left() -> None:
     assert cut_time(10.0, 2.0, 11.0, 2.0, 4, 64) == pytest.approx(11.0)  # 4 cores: it is
 
 
+@pytest.mark.slow  # starts a Python process
 def test_the_simulator_and_the_evaluation_load_the_timing_rules_without_mpi() -> None:
     import subprocess
     import sys
