@@ -2,8 +2,8 @@
 
 Each command group has its own module holding its arguments and command functions: ``run``
 (run, validate), ``data`` (data make, data convert), ``simulate`` (simulate, curves record,
-sim-check), ``report`` and ``submit``. ``slaq`` alone prints the help and exits 0, as
-``slaq --help`` does; ``slaq --version`` names the version and the directory of the code.
+sim-check), ``report``, ``submit`` and ``check_solver``. ``slaq`` alone prints the help and
+exits 0, as ``slaq --help`` does; ``slaq --version`` names the version and the directory of the code.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _COMMAND_MODULES = (
     "slaq_mpi.cli.simulate",
     "slaq_mpi.cli.report",
     "slaq_mpi.cli.submit",
+    "slaq_mpi.cli.check_solver",
 )
 
 
