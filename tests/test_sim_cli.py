@@ -562,3 +562,14 @@ def test_with_stderr_closed_errors_stay_off_stdout(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, preexec_fn=lambda: os.close(2),
                    stdout=subprocess.DEVNULL, timeout=120, check=False)
     assert (tmp_path / "child.txt").read_text().strip() == os.devnull
+
+
+def test_simulate_reports_the_bound(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The workload's bound on job-seconds is printed and in --json, below every policy."""
+    args = parse(["simulate", str(config_file), "--json"])
+    assert args.func(args) == 0
+    cap = capsys.readouterr()
+    data = json.loads(cap.out.strip().splitlines()[-1])
+    bound = data["bound"]["normalized_loss_job_s"]
+    assert 0 < bound <= min(r["normalized_loss_job_s"] for r in data["policies"].values())
+    assert "bound (every job alone on all the cores it may use" in cap.err

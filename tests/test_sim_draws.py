@@ -165,3 +165,16 @@ def test_bound_is_below_every_policy(jobs: list[SimJob], capacity: int, epoch: f
             if row[f"reached_{key[-2:]}"] == len(jobs):  # every job reached it: each is later
                 assert bound[key] <= row[key] * (1 + 1e-9) + 1e-9, (name, key)
         assert math.isfinite(bound["normalized_loss_job_s"])
+
+
+def test_draws_out_is_reported_and_plotted(config_file: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "draws"
+    data = run_json(capsys, str(config_file), "--draws", "2", "--jobs", "1", "--out", str(out))
+    assert _timeless(json.loads((out / "draws.json").read_text())) == data
+    args = build_parser().parse_args(["report", str(out)])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "change against fair per draw" in text and f"wrote {out / 'draws.png'}" in text
+    assert (out / "draws.png").stat().st_size > 0

@@ -22,6 +22,7 @@ from slaq_mpi._install import pip_install
 from slaq_mpi._text import count, seconds
 from slaq_mpi.cli._output import printer
 from slaq_mpi.errors import ConfigError
+from slaq_mpi.report.draws import DRAWS_FILE
 from slaq_mpi.report.evaluation import RunData, common_l_star, observed, run_span
 from slaq_mpi.report.summary import json_value, summarize_runs
 from slaq_mpi.storage.outpaths import check_writable
@@ -259,6 +260,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Print the table and write the PNG figures."""
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
     say = printer(out)  # `| head` still gets the PNGs written
+    if len(args.run_dirs) == 1 and (Path(args.run_dirs[0]) / DRAWS_FILE).is_file():
+        return _report_draws(args, Path(args.run_dirs[0]) / DRAWS_FILE, say)
     runs = load_runs(args.run_dirs)
     chosen = _window(args.window)
     if args.out is not None:
@@ -289,6 +292,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"runs": {k: {m: json_value(m, v) for m, v in r.items()}
                                    for k, r in rows.items()}}), flush=True)
+    return 0
+
+
+def _report_draws(args: argparse.Namespace, path: Path, say: Callable[[str], None]) -> int:
+    """``slaq report DIR`` of ``slaq simulate --draws K --out DIR``: the summary over the draws,
+    and ``draws.png`` (every policy's per-draw change against the baseline)."""
+    from slaq_mpi.report.draws import PayloadDraws, format_draws
+
+    try:
+        payload = json.loads(path.read_text())
+        text = format_draws(PayloadDraws(payload))
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise ConfigError("RUN_DIR", str(path.parent), f"its {path.name} is not the output of "
+                          "`slaq simulate --draws K --out DIR`") from None
+    say(text)
+    if not args.no_plots:
+        try:
+            from slaq_mpi.report.draws_plot import write_draws_plot
+        except ImportError:
+            say(f"plots skipped: matplotlib is not installed ({pip_install('plot')})")
+        else:
+            say(f"wrote {write_draws_plot(payload, Path(args.out) if args.out else path.parent)}")
+    if args.json:
+        print(json.dumps(payload), flush=True)
     return 0
 
 
@@ -326,7 +353,8 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser("report", help="metrics table and plots of real or simulated runs")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="a run directory holding metrics.h5, or one whose subdirectories do "
-                        "(slaq simulate --out DIR)")
+                        "(slaq simulate --out DIR), or the DIR of slaq simulate --draws K --out "
+                        "DIR (its per-draw changes against the baseline: draws.png)")
     p.add_argument("--out", metavar="DIR",
                    help="where to write the PNGs (default: the RUN_DIR; for several, the "
                         "directory they all sit in, else the first)")

@@ -133,13 +133,16 @@ def bound_line(rows: dict[str, dict[str, float]], bound: dict[str, float]) -> st
 def _simulate_draws(args: argparse.Namespace, spec: Any) -> int:
     """``slaq simulate CONFIG --draws K``: every policy on K workload draws, summarized."""
     from slaq_mpi.config.experiment import EXPERIMENT_SEED_MAX
-    from slaq_mpi.report.draws import draws_payload, format_draws
+    from slaq_mpi.report.draws import DRAWS_FILE, draws_payload, format_draws
     from slaq_mpi.sim.draws import run_draws
     from slaq_mpi.sim.settings import parse_settings
 
-    if args.out is not None:
-        raise ConfigError("--out", args.out, "is for one draw; leave it out with --draws "
-                          "(or run one draw with --seed N --out DIR)")
+    out = Path(args.out) if args.out is not None else None
+    if out is not None:
+        if out.exists() and not out.is_dir():
+            raise ConfigError("--out", args.out, "exists and is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
+        check_writable(out, "--out", args.out, probe=True)
     if spec.seed + args.draws - 1 > EXPERIMENT_SEED_MAX:
         raise ConfigError("--draws", str(args.draws), f"seeds {spec.seed}.. would pass "
                           f"{EXPERIMENT_SEED_MAX}; give a smaller --seed")
@@ -151,8 +154,15 @@ def _simulate_draws(args: argparse.Namespace, spec: Any) -> int:
     for note in sorted({n for d in ds.draws for n in d.notes}):
         say(note)
     say(format_draws(ds))
+    payload = draws_payload(ds, JSON_KEYS)
+    if out is not None:
+        path = out / DRAWS_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(payload) + "\n")
+        tmp.replace(path)
+        say(f"per-draw results written to {path}; plot: slaq report {shlex.quote(str(out))}")
     if args.json:
-        print(json.dumps(draws_payload(ds, JSON_KEYS)), flush=True)
+        print(json.dumps(payload), flush=True)
     return 0
 
 
@@ -276,7 +286,8 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("config", help="experiment YAML (its simulation: section, see docs)")
     p.add_argument("--policy", action="append", metavar="NAME",
                    help="policy to simulate (repeatable, each once; default: simulation.policies)")
-    p.add_argument("--out", metavar="DIR", help="write DIR/<policy>/metrics.h5")
+    p.add_argument("--out", metavar="DIR", help="write DIR/<policy>/metrics.h5 (with --draws: "
+                   "DIR/draws.json, the per-draw results `slaq report DIR` plots)")
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
     p.add_argument("--max-epochs", type=_positive_int, default=None,
                    help="stop after this many epochs; jobs due later are left out of the table")

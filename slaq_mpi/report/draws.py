@@ -14,7 +14,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["DRAW_METRICS", "draws_payload", "format_draws"]
+__all__ = ["DRAWS_FILE", "DRAW_METRICS", "PayloadDraws", "draws_payload", "format_draws"]
+
+#: The file `slaq simulate --draws K --out DIR` writes in DIR.
+DRAWS_FILE = "draws.json"
 
 #: The metrics the text summary shows: (key, header, format).
 DRAW_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -30,7 +33,8 @@ _BOUND_KEYS = ("normalized_loss_job_s", "mean_time_to_90", "mean_time_to_95")
 class Draws(Protocol):
     """What the summary reads of a set of draws."""
 
-    policies: list[str]
+    @property
+    def policies(self) -> list[str]: ...
 
     @property
     def seeds(self) -> list[int]: ...
@@ -84,8 +88,9 @@ def format_draws(ds: Draws) -> str:
         lines.append(f"change against {base} per draw, % (negative: lower): median (IQR)")
         lines += _table(head, [[p] + [_cell(_change(ds.values(p, k), ds.values(base, k)), ".1f", True)
                                       for k, _, _ in DRAW_METRICS] for p in ds.policies[1:]])
+    bound = ds.values("bound", "normalized_loss_job_s")
     lines.append("normalized-loss job-seconds above the bound per draw, %: " + ", ".join(
-        f"{p} {_cell(_change(ds.values(p, 'normalized_loss_job_s'), ds.values('bound', 'normalized_loss_job_s')), '.1f', True)}"
+        f"{p} {_cell(_change(ds.values(p, 'normalized_loss_job_s'), bound), '.1f', True)}"
         for p in ds.policies))
     return "\n".join(lines)
 
@@ -119,3 +124,25 @@ def draws_payload(ds: Draws, keys: Sequence[str]) -> dict[str, Any]:
             "policies": {p: arrays(p) for p in ds.policies}, "bound": arrays("bound"),
             "change_vs_baseline_pct": change, "above_bound_job_s_pct": above,
             "summary": summary, "change_summary": change_summary}
+
+
+class PayloadDraws:
+    """A set of draws read back from the JSON of :func:`draws_payload` (``draws.json``)."""
+
+    def __init__(self, payload: dict[str, Any]):
+        self.payload = payload
+        self.policies: list[str] = list(payload["policies"])
+        if payload.get("baseline") in self.policies:  # the baseline first, as when simulated
+            self.policies.remove(payload["baseline"])
+            self.policies.insert(0, payload["baseline"])
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seed of each draw."""
+        return list(self.payload["seeds"])
+
+    def values(self, policy: str, metric: str) -> np.ndarray:
+        """``metric`` of ``policy`` (or ``bound``) on each draw, NaN where there is none."""
+        table = self.payload["bound"] if policy == "bound" else self.payload["policies"][policy]
+        vals = table.get(metric, [None] * len(self.seeds))
+        return np.array([math.nan if v is None else v for v in vals], dtype=np.float64)
