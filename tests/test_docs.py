@@ -21,16 +21,18 @@ job may name it. Each block is validated in a fresh directory (the working direc
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
 from slaq_mpi.cli import main
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_slaq
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -135,3 +137,98 @@ def test_every_yaml_block_passes_slaq_validate(block: Block, tmp_path: Path,
     status = main(["validate", str(cfg)])
     out = capsys.readouterr()
     assert status == 0, f"{block.page}:{block.line}: {out.out}{out.err}"
+
+
+# --- the pages' commands, at small sizes ---------------------------------------------------
+# Covered elsewhere (not run again here): slaq run (tests/test_runtime_mpi.py,
+# test_quickstart_shape_run_on_8_ranks), --resume and the stops (test_faults_mpi.py,
+# test_signals_mpi.py), report and sim-check of a real run (test_report_mpi.py), data make and
+# convert (test_data.py), curves record of the built-ins (test_sim_cli.py), submit --dry-run
+# (test_slurm_render.py), --version and bare slaq (test_cli.py), the policy comparison of
+# configs/policies.yaml (test_sim_policies.py), check-solver (test_check_solver.py).
+
+
+def _yaml_block(page: str, index: int) -> dict[str, Any]:
+    raw = yaml.safe_load(blocks(ROOT / page, "yaml")[index - 1].text)
+    assert isinstance(raw, dict)
+    return raw
+
+
+def _python_block(page: str, index: int) -> str:
+    return blocks(ROOT / page, "python")[index - 1].text
+
+
+def test_the_configs_the_pages_name_pass_slaq_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    named = sorted({m for page in PAGES for m in re.findall(r"configs/[\w.-]+\.yaml", page.read_text())})
+    assert "configs/quickstart.yaml" in named and "configs/paper.yaml" in named
+    monkeypatch.chdir(tmp_path)
+    for cfg in named:
+        assert main(["validate", str(ROOT / cfg)]) == 0, (cfg, capsys.readouterr())
+    # the README's cluster section: inspect the sbatch script of the quickstart
+    assert main(["submit", str(ROOT / "configs" / "quickstart.yaml"), "--dry-run"]) == 0
+    assert "#SBATCH" in capsys.readouterr().out
+
+
+def test_data_md_writes_a_file_slaq_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobs import load_solver
+    from slaq_mpi.data.datasets import check_file
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    X_dense = rng.standard_normal((50, 4))
+    exec(_python_block("docs/data.md", 1), {"X_dense": X_dense, "y": (X_dense[:, 0] > 0) * 1.0})
+    info = check_file(tmp_path / "mine.h5", load_solver("logreg"))
+    assert (info.rows, info.features, info.has_labels) == (50, 4, True)
+
+
+@pytest.mark.slow
+def test_simulation_md_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    paper = str(ROOT / "configs" / "paper.yaml")
+    assert main(["simulate", paper, "--policy", "slaq", "--policy", "fair", "--policy", "oracle",
+                 "--out", "runs/paper", "--max-epochs", "20"]) == 0
+    runs = sorted(str(p) for p in Path("runs/paper").glob("*"))
+    assert [Path(r).name for r in runs] == ["fair", "oracle", "slaq"]
+    assert main(["report", *runs, "--no-plots"]) == 0
+    capsys.readouterr()
+    assert main(["simulate", paper, "--json", "--max-epochs", "5"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert {"slaq", "fair"} <= set(json.loads(last)["policies"])  # simulation.policies
+
+
+@pytest.mark.slow
+def test_metrics_md_reads_a_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", str(ROOT / "configs" / "quickstart.yaml"), "--policy", "slaq",
+                 "--out", "sim"]) == 0
+    Path("runs").mkdir()
+    Path("sim/slaq").rename("runs/quickstart")  # where the page's snippets read a run
+    capsys.readouterr()
+    exec(_python_block("docs/metrics.md", 1), {})
+    assert capsys.readouterr().out.startswith("done ")
+    scope: dict[str, Any] = {}
+    exec(_python_block("docs/metrics.md", 2), scope)
+    assert len(scope["run"].jobs["logreg-a"].loss) > 0
+
+
+@pytest.mark.mpi
+def test_solvers_md_worked_example_runs_and_records_its_curves(tmp_path: Path) -> None:
+    write_named_files(ROOT / "docs" / "solvers.md", tmp_path)
+    spec = _yaml_block("docs/solvers.md", 1)
+    for job in spec["jobs"]:
+        job["dataset"]["rows"] = min(job["dataset"]["rows"], 5000)  # a small size
+    (tmp_path / "my-mean.yaml").write_text(yaml.safe_dump(spec))
+    env = {"SLAQ_DATA_CACHE": str(tmp_path / "cache")}
+    run = run_slaq(["run", "my-mean.yaml"], cwd=tmp_path, timeout=600, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    record = run_slaq(["curves", "record", "--algorithm", "solvers/my_solver.py:MeanEstimator",
+                       "--out", "my-mean.npz"], cwd=tmp_path, env=env)
+    assert record.returncode == 0, record.stdout + record.stderr
+    spec["simulation"] = {"curve_file": "my-mean.npz"}
+    (tmp_path / "my-mean-sim.yaml").write_text(yaml.safe_dump(spec))
+    sim = run_slaq(["simulate", "my-mean-sim.yaml"], cwd=tmp_path, env=env)
+    assert sim.returncode == 0, sim.stdout + sim.stderr
+    assert "analytic" not in sim.stdout + sim.stderr  # it follows the recorded curves
