@@ -1,10 +1,11 @@
-"""slaq against fair and the oracle on configs/paper.yaml, over several workload seeds.
+"""slaq against fair and the oracle on configs/paper.yaml, over several workload draws.
 
 One seed draws one workload (arrival times, job mix, sizes, recorded curves), and a single draw
-can favour any policy: the oracle alone is 51% to 74% below fair depending on the seed. So a
-change to the brain is judged here on several seeds, not on the config's own seed only, and on
-the time to 90% loss reduction as well as the average: a forecast can lower the average by
-keeping nearly converged jobs active while new jobs reach 90% later.
+can favour any policy. So a change to the brain is judged here on several draws, not on the
+config's own seed only, and on the time to 90% loss reduction as well as the average: a forecast
+can lower the average by keeping nearly converged jobs active while new jobs reach 90% later.
+The draws are those of ``slaq simulate CONFIG --draws K`` (seeds FIRST..FIRST+K-1, run in
+parallel processes: :mod:`slaq_mpi.sim.draws`), which also gives medians and quartiles.
 
 Prints a line per seed (progress on stderr), then ONE JSON line last:
 ``{"seeds": [...], "avg_normalized_loss": {seed: {policy: value}},
@@ -18,7 +19,6 @@ job-seconds (``normalized_loss_job_s``) use the common window of each seed's run
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -26,11 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from slaq_mpi.config import experiment as config
-from slaq_mpi.report.summary import summarize_runs
-from slaq_mpi.sim import run_policies
+from slaq_mpi.sim.draws import run_draws
 
 ROOT = Path(__file__).resolve().parent.parent
-SEEDS = (2017, *range(1, 12))
 
 
 def _pct(values: list[float]) -> dict[str, object]:
@@ -41,15 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     """Run the comparison; returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--config", default=str(ROOT / "configs" / "paper.yaml"))
-    ap.add_argument("--seed", type=int, action="append", help=f"workload seeds (default {SEEDS})")
+    ap.add_argument("--seed", type=int, default=None, help="the first seed (default: the config's)")
+    ap.add_argument("--draws", type=int, default=20, help="how many draws (default: %(default)s)")
+    ap.add_argument("--jobs", type=int, default=None, help="processes (default: the cores)")
     args = ap.parse_args(argv)
     base = config.load(args.config, check_files=False)
-    seeds = args.seed or list(SEEDS)
+    first = base.seed if args.seed is None else args.seed
+    ds = run_draws(base, ["slaq", "fair", "oracle"], first, args.draws, jobs=args.jobs,
+                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+    seeds = ds.seeds
     table: dict[int, dict[str, float]] = {}
     below, above, oracle_below, above_job_s, t90_below = [], [], [], [], []
-    for seed in seeds:
-        runs = run_policies(dataclasses.replace(base, seed=seed), ["slaq", "fair", "oracle"])
-        rows, _ = summarize_runs(runs)
+    for seed, draw in zip(seeds, ds.draws, strict=True):
+        rows = draw.rows
         avg = {name: float(row["avg_normalized_loss"]) for name, row in rows.items()}
         table[seed] = {name: round(v, 5) for name, v in avg.items()}
         below.append(100.0 * (1.0 - avg["slaq"] / avg["fair"]))
