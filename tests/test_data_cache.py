@@ -196,3 +196,33 @@ def test_a_failed_generation_leaves_nothing_in_the_cache(
     with pytest.raises(OSError, match="No space"):  # the run directory is on the full disk too
         materialize(SPEC, tmp_path / "run" / "data", SEED)
     assert _kept(cache_at) == []
+
+
+def test_only_datasets_to_generate_count_against_the_cache_disk(
+        cache_at: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    from slaq_mpi.data.generators import check_generated_space, generated_bytes
+    from slaq_mpi.errors import ConfigError
+
+    data_dir = tmp_path / "run" / "data"
+    materialize(SPEC, tmp_path / "earlier" / "data", SEED)  # in the cache now
+    other = DatasetSpec(generator="classification", params={"rows": 1000, "features": 9})
+    need = generated_bytes(other)
+    usage = namedtuple("usage", "total used free")
+    seen: list[Path] = []
+
+    def disk_usage(path: Any) -> Any:
+        seen.append(Path(path))
+        return usage(10**9, 0, need * 1.5)
+
+    monkeypatch.setattr(shutil_module, "disk_usage", disk_usage)
+    # the cached one and a dataset shared by two jobs count nothing and once
+    check_generated_space([(SPEC, SEED), (other, 1), (other, 1)], data_dir, "the jobs' data")
+    assert seen and all(cache_at.is_relative_to(p) or p == cache_at for p in seen)
+    with pytest.raises(ConfigError, match="the jobs' data"):
+        check_generated_space([(other, 1), (other, 2)], data_dir, "the jobs' data")
+    seen.clear()
+    check_generated_space([(SPEC, SEED)], data_dir, "the jobs' data")  # nothing to generate
+    assert not seen

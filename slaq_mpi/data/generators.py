@@ -11,7 +11,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +245,21 @@ def check_space(needed: float, where: Path, what: str) -> None:
     if needed > free:
         raise ConfigError(what, f"{needed / 1e9:.3g} GB", f"generating it needs more than the "
                           f"{free / 1e9:.3g} GB free under {base}; make it smaller or free space")
+
+
+def check_generated_space(datasets: Iterable[tuple[DatasetSpec, int]], data_dir: Path,
+                          what: str) -> None:
+    """Refuse to start a run whose generated datasets (``(spec, job seed)`` pairs; each
+    distinct one once) that neither ``data_dir`` nor the data cache holds yet do not fit in
+    the free space of the cache's file system.
+
+    Raises:
+        ConfigError: naming ``what``, the size and the free space.
+    """
+    todo = {spec.key(seed): spec for spec, seed in datasets
+            if spec.generator is not None and will_generate(spec, data_dir, seed)}
+    if todo:
+        check_space(sum(map(generated_bytes, todo.values())), cache.cache_dir(), what)
 
 
 def materialize(spec: DatasetSpec, data_dir: Path, seed: int) -> Path:
