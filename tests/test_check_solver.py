@@ -100,3 +100,15 @@ def test_a_step_that_is_not_reduced_and_a_state_not_restored_are_named(tmp_path:
     assert fail.startswith("checkpoint: the state after iteration 3 on 1 rank, restored on 1 "
                            "rank, goes on with other losses from iteration 4"), forgets.stdout
     assert "set_state() restore all of it" in fail
+
+
+@pytest.mark.slow
+def test_a_launch_past_its_time_is_ended_with_all_it_started(tmp_path: Path) -> None:
+    from slaq_mpi.runtime.solver_check import _launch as launch
+
+    pid_file = tmp_path / "child.pid"
+    status, _ = launch(["bash", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], 1.0)
+    assert status is None
+    child = int(pid_file.read_text())
+    stat = Path(f"/proc/{child}/stat")
+    assert not stat.exists() or stat.read_text().split(")")[1].split()[0] == "Z"  # gone

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,14 @@ def run_ranks(spec_path: Path) -> int:
     except Exception as exc:
         said = (str(exc).splitlines() or [""])[0]  # an MPI error adds its stack below
         result["error"] = f"{result['stage']} raised {type(exc).__name__}: {said}"
-        out.write_text(json.dumps(result))
+        _write(out, result)
         comm.abort(1)
-    out.write_text(json.dumps(result))
+    _write(out, result)
     return 0
+
+
+def _write(out: Path, result: dict[str, Any]) -> None:
+    """Write ``result`` to ``out`` whole (an abort may end this rank at any moment)."""
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, out)
