@@ -39,12 +39,13 @@ from tests.processes import (  # noqa: F401 - the helpers the test modules impor
 
 # Tests left out of the fast tier (marked slow): whole modules ("test_x.py") or one test with all
 # its parameter sets ("test_x.py::test_name"). Each starts a subprocess (slaq, bash, ruff, mypy)
-# or took over half a second here (pytest --durations=0); the rest, about 570 tests, is fast.
+# or took over half a second here (pytest --durations=0); the rest, about 400 tests, is fast.
 SLOW = (
     # modules with tests that start subprocesses
     "test_bad_input.py", "test_rundir.py", "test_sim_cli.py", "test_slurm_render.py", "test_state_memory.py",
     "test_static.py",
     # long property, simulation and plotting tests
+    "test_sim_draws.py",
     "test_checkpoint_metrics.py::test_a_damaged_history_is_refused_as_bad_input_whatever_h5py_raises",
     "test_data.py::test_damage_anywhere_in_the_metadata_is_a_data_error",
     "test_placement.py::test_placement_is_a_partition_and_sticky",

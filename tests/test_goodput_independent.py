@@ -90,7 +90,7 @@ def test_goodput_gives_the_allocation_with_the_best_power_mean_of_speedups(p: fl
 def test_goodput_speedups_are_those_of_the_definition() -> None:
     # within 1%: the fitted t(a) leans slightly on a prior (brain/throughput.py), even with
     # exact observations on four core counts
-    for seed in range(10):
+    for seed in range(6):
         capacity, jobs = _scenario(seed)
         policy = get_policy("goodput")
         snap = _snapshot(capacity, jobs)
