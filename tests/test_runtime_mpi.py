@@ -92,7 +92,8 @@ def test_the_experiment_clock_starts_once_the_data_is_ready(tmp_path: Path) -> N
         "jobs": [{"name": "a", "algorithm": "logreg", "stop": {"max_iterations": 3},
                   "dataset": {"generator": "classification", "rows": 3000, "features": 5}}]}))
     env = {"PYTHONPATH": str(ROOT / "tests" / "mpi_scripts" / "slow_data"),
-           "SLAQ_TEST_DATA_SECONDS": str(delay)}
+           "SLAQ_TEST_DATA_SECONDS": str(delay),
+           "SLAQ_DATA_CACHE": str(tmp_path / "cache")}  # an empty data cache: the run generates it
     proc = run_mpi(2, ["-m", "slaq_mpi", "run", str(cfg)], cwd=tmp_path, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
