@@ -114,13 +114,16 @@ def test_jobs_do_not_change_the_result(config_file: Path, capsys: pytest.Capture
     assert one == two
 
 
-def test_draws_refuse_out(config_file: Path, tmp_path: Path) -> None:
+def test_draws_refuse_an_out_that_is_a_file(config_file: Path, tmp_path: Path) -> None:
     from slaq_mpi.errors import ConfigError
 
-    args = build_parser().parse_args(["simulate", str(config_file), "--draws", "2",
-                                      "--out", str(tmp_path / "o")])
-    with pytest.raises(ConfigError, match="--out"):
-        args.func(args)
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    for out in (str(taken), ""):
+        args = build_parser().parse_args(["simulate", str(config_file), "--draws", "2", "--out", out])
+        with pytest.raises(ConfigError, match="--out"):
+            args.func(args)
+    assert taken.read_text() == "x"
 
 
 # --- the bound ------------------------------------------------------------------------------
