@@ -51,13 +51,7 @@ _NAMED_FILE = re.compile(r'"""([\w./-]+\.py):')
 
 #: Blocks of pages this suite's maintainers do not edit here, known to fail, each with the fix
 #: it waits for; strict: once fixed, the entry must go.
-PENDING: dict[str, str] = {
-    "docs/config.md#1": "placeholders ({...}) and a data file the reader lacks (data/train.h5): "
-                        "slurm, simulation and utility as comments or real values, the generator "
-                        "as the live dataset and the path as the comment",
-    "docs/policies.md#1": "'...' is not YAML: '# fragment: jobs' and a whole job",
-    "docs/slurm.md#1": "a section without its marker: '# fragment: slurm' as its first line",
-}
+PENDING: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
