@@ -3,7 +3,8 @@
 It runs SLAQ's greedy (every job starts with one core, then each further core goes to the job
 whose true normalized loss drops the most with it over the next epoch) on the TRUE normalized
 loss ``(L - L*) / (L0 - L*)`` and the TRUE seconds per iteration, instead of predictions. It is
-the upper bound that shows how much of the possible gain ``slaq``'s predictions capture.
+a clairvoyant greedy, not a bound: it shows how much of a greedy's gain ``slaq``'s predictions
+capture, and a policy can beat it (``sim/bound.py`` holds a true lower bound on job-seconds).
 
 Gains are counted on the loss of the model being trained: after ``n`` reports the model's loss
 is ``curve[n]``, which the job reports one iteration later. Counting instead on the reported
