@@ -28,7 +28,7 @@ from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = [
     "EXPERIMENT_SEED_MAX", "ExperimentSpec", "JobSpec", "StopRule", "check_data_space",
-    "check_memory", "check_sections", "input_files", "load", "memory_notes", "parse",
+    "check_memory", "input_files", "load", "memory_notes", "parse",
     "require_live", "yaml_loader",
 ]
 
@@ -139,13 +139,6 @@ def require_live(spec: ExperimentSpec) -> None:
     if spec.policy not in LIVE_POLICY_NAMES:
         raise ConfigError("policy", spec.policy, "it is for `slaq simulate` only (it reads every job's "
                           f"future loss curve); a live run allows: {', '.join(LIVE_POLICY_NAMES)}")
-
-
-def check_sections(spec: ExperimentSpec, simulation_files: bool = False) -> None:
-    """Nothing is left to check: the ``slurm:`` and ``simulation:`` sections are validated when
-    ``spec`` is parsed, so a typo in either is refused by every command that reads the file, and
-    the simulator checks the curve file it reads (:func:`slaq_mpi.sim.settings.parse_settings`).
-    Callers may drop this call."""
 
 
 def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:

@@ -100,7 +100,6 @@ def read_spec(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
         raise ConfigError("config", NO_VALUE, "give an experiment YAML, or --resume RUN_DIR")
     spec = config.load(args.config)
     config.require_live(spec)
-    config.check_sections(spec, simulation_files=False)
     config.check_memory(spec)
     return spec, spec.output_dir, False
 
