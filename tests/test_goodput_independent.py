@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from slaq_mpi.policies import get_policy
+from slaq_mpi.policies.goodput import GoodputPolicy
 from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 
 EPOCH = 2.0
@@ -93,6 +94,7 @@ def test_goodput_speedups_are_those_of_the_definition() -> None:
     for seed in range(6):
         capacity, jobs = _scenario(seed)
         policy = get_policy("goodput")
+        assert isinstance(policy, GoodputPolicy)  # its speedups() are what is checked here
         snap = _snapshot(capacity, jobs)
         for cores in itertools.product(*(range(1, cap + 1) for *_, cap in jobs)):
             got = policy.speedups(snap, {f"j{i}": c for i, c in enumerate(cores)})
