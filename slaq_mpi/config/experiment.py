@@ -23,7 +23,7 @@ from slaq_mpi.config.simulation import SimSettings, simulation_settings
 from slaq_mpi.config.slurm import SlurmSettings, settings_from_mapping
 from slaq_mpi.config.values import MAX_RANKS
 from slaq_mpi.config.yaml_loader import yaml_loader
-from slaq_mpi.data.generators import check_space, generated_bytes
+from slaq_mpi.data.generators import check_generated_space
 from slaq_mpi.errors import NO_VALUE, ConfigError
 
 __all__ = [
@@ -95,15 +95,14 @@ def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
 
 
 def check_data_space(spec: ExperimentSpec) -> None:
-    """Refuse a fresh run whose generated datasets (each distinct one once) do not fit in the
-    free space under its output_dir (a fresh run generates them all again).
+    """Refuse a fresh run whose generated datasets that neither its output_dir nor the data cache
+    holds yet (each distinct one once) do not fit where they are written.
 
     Raises:
         ConfigError: naming the size and the free space.
     """
-    distinct = {j.dataset.key(j.seed): j.dataset for j in spec.jobs if j.dataset.generator is not None}
-    check_space(sum(map(generated_bytes, distinct.values())), spec.output_dir,
-                "the jobs' generated datasets")
+    check_generated_space(((j.dataset, j.seed) for j in spec.jobs), spec.output_dir / "data",
+                          "the jobs' generated datasets")
 
 
 def input_files(spec: ExperimentSpec) -> list[Path]:

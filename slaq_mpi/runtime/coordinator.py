@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from slaq_mpi._text import count
 from slaq_mpi.config.experiment import ExperimentSpec
-from slaq_mpi.data.generators import materialize
+from slaq_mpi.data.generators import materialize, will_generate
 from slaq_mpi.errors import (
     EXIT_ABORTED,
     EXIT_DONE,
@@ -134,8 +134,7 @@ class Coordinator:
 
     def _prepare_data(self) -> None:
         for job in self.spec.jobs:
-            generated = self.run_dir / "data" / f"{job.dataset.key(job.seed)}.h5"
-            if job.dataset.generator and not generated.exists():
+            if will_generate(job.dataset, self.run_dir / "data", job.seed):
                 p = job.dataset.params
                 _say(f"generating dataset for {job.name}: {job.dataset.generator} "
                      f"{p['rows']} x {p['features']}")
