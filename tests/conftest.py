@@ -208,3 +208,16 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Started]]:
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_data_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's generated datasets go to a data cache of its own (shared by its tests and
+    the processes they start), never the user's ~/.cache/slaq-mpi/data."""
+    before = os.environ.get("SLAQ_DATA_CACHE")
+    os.environ["SLAQ_DATA_CACHE"] = str(tmp_path_factory.mktemp("data-cache"))
+    yield
+    if before is None:
+        del os.environ["SLAQ_DATA_CACHE"]
+    else:
+        os.environ["SLAQ_DATA_CACHE"] = before
