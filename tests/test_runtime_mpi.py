@@ -134,10 +134,11 @@ def test_an_epoch_ends_early_when_a_job_finishes(tmp_path: Path) -> None:
     # saved its record after that
     assert start[-1] <= long_end <= stopped <= elapsed, (start[-1], long_end, stopped, elapsed)
     # short ended in the first epoch, and that epoch was cut: the second began once a quarter
-    # epoch had passed, and by the time the cut reaches long's leader (it checks every eighth
-    # of an epoch) rather than just before the epoch's full length, where an uncut one ends
+    # epoch had passed (the cut reaches long's leader within an eighth of an epoch more on an
+    # idle machine, later on a loaded one), well before the epoch's full length, where an uncut
+    # one ends
     assert len(start) >= 2 and start[0] <= short_end <= start[1], (short_end, start)
-    assert start[0] + epoch / 4 <= start[1] <= start[0] + epoch / 2, start
+    assert start[0] + epoch / 4 <= start[1] <= start[0] + 3 * epoch / 4, start
     assert alloc[0, names.index("long")] == 1 and alloc[1, names.index("long")] == 2, alloc
 
 
