@@ -1,10 +1,19 @@
-"""The epoch timing rules shared by the live coordinator, the simulator and the evaluation."""
+"""The decision timing rules shared by the live coordinator, the simulator and the evaluation."""
 
 from __future__ import annotations
 
 import pytest
 
-from slaq_mpi.runtime.timing import arrival_wait, epoch_length
+from slaq_mpi.runtime.timing import arrival_wait, epoch_length, next_decision
+
+
+def test_rank_0_decides_an_epoch_after_its_last_decision_or_at_the_next_arrival() -> None:
+    assert next_decision(0.0, None, 2.0) == 2.0  # nothing pending
+    assert next_decision(3.0, 7.0, 2.0) == 5.0  # arrives after the regular decision
+    assert next_decision(3.0, 5.0, 2.0) == 5.0  # at the same time: one decision
+    assert next_decision(3.2, 4.5, 2.0) == pytest.approx(4.5)  # at the arrival, however soon
+    assert next_decision(3.2, 3.2000001, 2.0) == pytest.approx(3.2000001)
+    assert next_decision(3.2, 1.0, 2.0) == 3.2  # an arrival already due: at once, never earlier
 
 
 def test_epoch_is_cut_short_for_the_next_arrival() -> None:

@@ -43,7 +43,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from slaq_mpi.runtime.timing import epoch_length
+from slaq_mpi.runtime.timing import next_decision
 from slaq_mpi.storage.metrics_schema import JobTrace, RunData
 
 __all__ = [
@@ -138,15 +138,16 @@ def job_end(job: JobTrace) -> float:
 
 
 def observed_end(run: RunData) -> float:
-    """When the run stopped observing its jobs: the end of its last epoch, or the last job end
-    or iteration if later (NaN for a run with neither)."""
+    """When the run stopped observing its jobs: its ``stopped`` time, else the decision due
+    after its last one (:func:`~slaq_mpi.runtime.timing.next_decision`) or the last job end or
+    iteration if later (NaN for a run with none of these)."""
     if math.isfinite(run.stopped):
         return run.stopped
     ends = [job_end(j) for j in run.jobs.values() if len(j.time) or math.isfinite(j.end)]
     if len(run.epoch_time):
-        last = float(run.epoch_time[-1])  # its epoch was cut short if a job arrived during it
+        last = float(run.epoch_time[-1])
         due = [j.arrival for j in run.jobs.values() if j.arrival > last]
-        ends.append(last + epoch_length(last, min(due, default=None), run.epoch_seconds))
+        ends.append(next_decision(last, min(due, default=None), run.epoch_seconds))
     return max(ends) if ends else math.nan
 
 
@@ -367,9 +368,8 @@ def core_share_by_loss_group(run: RunData,
 
 def mean_core_shares(run: RunData, l_star: Mapping[str, float]) -> np.ndarray:
     """The high / medium / low-loss groups' core shares (:func:`core_share_by_loss_group`)
-    averaged over time: each epoch weighted by its length (epochs are cut short at arrivals
-    and when jobs finish; the last one lasts until the run stopped observing). NaN if no
-    epoch allocated cores."""
+    averaged over time: each decision's allocation weighted by how long it held (until the
+    next decision; the last until the run stopped observing). NaN if none allocated cores."""
     return average_core_shares(run, *core_share_by_loss_group(run, l_star))
 
 
