@@ -93,22 +93,28 @@ class Forecast:
     caps: np.ndarray
     epoch_seconds: float
 
-    def iterations(self, cores: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Iterations each job runs in one epoch on ``cores`` (``(J,)`` or ``(J, K)``)."""
+    def iterations(self, cores: np.ndarray, rows: np.ndarray | None = None,
+                   seconds: np.ndarray | float | None = None) -> np.ndarray:
+        """Iterations each job runs in one epoch (or in ``seconds``, per job: ``(J,)``) on
+        ``cores`` (``(J,)`` or ``(J, K)``)."""
         speed = self.speed if rows is None else self.speed.take(rows)
         rem = self.remaining if rows is None else self.remaining[rows]
-        it = speed.iterations(self.epoch_seconds, cores)
+        span = np.asarray(self.epoch_seconds if seconds is None else seconds, dtype=np.float64)
+        cores = np.asarray(cores, dtype=np.float64)
+        it = (span[:, None] if span.ndim and cores.ndim > 1 else span) / speed.seconds(cores)
         return np.minimum(it, rem[:, None] if it.ndim > 1 else rem)
 
-    def reduction(self, cores: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Predicted normalized loss reduction over the next epoch on ``cores`` per job.
+    def reduction(self, cores: np.ndarray, rows: np.ndarray | None = None,
+                  seconds: np.ndarray | float | None = None) -> np.ndarray:
+        """Predicted normalized loss reduction over the next epoch (or over ``seconds`` of
+        running, per job) on ``cores`` per job.
 
         ``cores`` has shape ``(J,)`` or ``(J, K)`` (K candidate core counts per job), or
         ``(R,)``/``(R, K)`` with ``rows`` selecting R jobs. 0 cores give 0.
         """
         cores = np.asarray(cores, dtype=np.float64)
         curves = self.curves if rows is None else self.curves.take(rows)
-        red = curves.reduction(self.iterations(np.maximum(cores, 1.0), rows))
+        red = curves.reduction(self.iterations(np.maximum(cores, 1.0), rows, seconds))
         return np.where(cores >= 1, red, 0.0)
 
     def useful_cores(self) -> np.ndarray:

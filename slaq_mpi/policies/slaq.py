@@ -8,7 +8,11 @@ would):
 2. greedy: one core per job, then one core at a time to the largest marginal reduction
    (:func:`slaq_mpi.brain.allocate.allocate_by_gain`);
 3. more jobs than cores: a reserved share of the cores for the least-served jobs, the rest for
-   the largest predicted one-core reductions.
+   the largest predicted one-core reductions;
+4. with at least as many cores as jobs, the greedy's allocation is kept only if its predicted
+   reduction, net of the time its moves cost (``snapshot.move_seconds`` per moved job), beats
+   that of the allocation held now (:func:`slaq_mpi.brain.moves.settle_moves`): ranks are not
+   churned for forecasts that shift a little.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 from slaq_mpi.brain.allocate import allocate_by_gain
 from slaq_mpi.brain.forecast import NORMALIZATIONS, Forecast, build_forecast
 from slaq_mpi.brain.memo import CurveMemo
+from slaq_mpi.brain.moves import settle_moves
 from slaq_mpi.brain.predict import DEFAULT_DECAY, DEFAULT_WINDOW
 from slaq_mpi.policies._params import require, require_decay, require_window
 from slaq_mpi.policies.snapshot import ClusterSnapshot
@@ -100,7 +105,22 @@ class SlaqPolicy:
             return fc.reduction(cores, None if rows.size == count else rows)
 
         alloc = allocate_by_gain(gain, fc.caps, capacity, fc.useful_cores(), self.min_gain)
+        alloc = self._settle(snapshot, fc, alloc)
         return dict(zip(fc.job_ids, alloc.tolist(), strict=True))
+
+    def _settle(self, snapshot: ClusterSnapshot, fc: Forecast, alloc: np.ndarray) -> np.ndarray:
+        """``alloc``, or the allocation held now if the moves it makes cost more than they
+        gain over the next epoch (:func:`~slaq_mpi.brain.moves.settle_moves`)."""
+        by_id = {j.job_id: j for j in snapshot.jobs}
+        jobs = [by_id[i] for i in fc.job_ids]
+        current = np.array([j.cores for j in jobs], dtype=np.int64)
+        started = np.array([bool(j.losses) for j in jobs], dtype=bool)
+
+        def value(cores: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+            return fc.reduction(cores, seconds=seconds)
+
+        return settle_moves(current, alloc, fc.caps, int(snapshot.capacity), started,
+                            float(snapshot.epoch_seconds), float(snapshot.move_seconds), value)
 
     def _admit(self, snapshot: ClusterSnapshot, fc: Forecast, capacity: int) -> dict[str, int]:
         """Fewer cores than jobs: one core each for a reserved least-served share, then the

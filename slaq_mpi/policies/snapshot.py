@@ -17,6 +17,10 @@ from slaq_mpi.errors import ContractError
 
 CONVERGENCE_CLASSES = ("sublinear", "linear", "unknown")
 
+#: Seconds a moved job's ranks are assumed to lose when nothing has been measured yet: the
+#: order of the median pause of a move (checkpoint, new communicators, restore) of the runtime.
+DEFAULT_MOVE_SECONDS = 0.05
+
 
 @dataclass(frozen=True)
 class JobSnapshot:
@@ -55,14 +59,19 @@ class ClusterSnapshot:
     Attributes:
         capacity: cores (worker ranks) available to jobs.
         now: seconds since the experiment started.
-        epoch_seconds: length of the scheduling epoch the allocation is for.
+        epoch_seconds: the time between regular decisions: the horizon an allocation is
+            judged over.
         jobs: the active jobs, in arrival order.
+        move_seconds: the time a moved job loses (its ranks pause to checkpoint, build new
+            communicators and restore): live, the median pause of the moves measured so far;
+            in simulation, the simulator's move cost.
     """
 
     capacity: int
     now: float
     epoch_seconds: float
     jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
+    move_seconds: float = DEFAULT_MOVE_SECONDS
 
 
 def utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float], ...]:
@@ -98,11 +107,17 @@ def job_snapshot(job_id: str, *, losses: Sequence[float], throughput: Sequence[t
 
 
 def cluster_snapshot(capacity: int, now: float, epoch_seconds: float,
-                     jobs: Iterable[JobSnapshot]) -> ClusterSnapshot:
+                     jobs: Iterable[JobSnapshot],
+                     move_seconds: float = DEFAULT_MOVE_SECONDS) -> ClusterSnapshot:
     """The cluster at one decision: ``jobs`` (the active ones) in arrival order, jobs arriving
-    together by ``job_id``."""
+    together by ``job_id``; ``move_seconds`` the time a moved job loses (a NaN or negative
+    value, as a median of no measurement, is taken as :data:`DEFAULT_MOVE_SECONDS`)."""
     ordered = tuple(sorted(jobs, key=lambda j: (j.arrival, j.job_id)))
-    return ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=epoch_seconds, jobs=ordered)
+    move = float(move_seconds)
+    if not move >= 0 or move == float("inf"):
+        move = DEFAULT_MOVE_SECONDS
+    return ClusterSnapshot(capacity=capacity, now=now, epoch_seconds=epoch_seconds, jobs=ordered,
+                           move_seconds=move)
 
 
 def checked_allocation(alloc: Mapping[str, Any], snapshot: ClusterSnapshot,

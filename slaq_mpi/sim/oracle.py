@@ -6,6 +6,10 @@ loss ``(L - L*) / (L0 - L*)`` and the TRUE seconds per iteration, instead of pre
 a clairvoyant greedy, not a bound: it shows how much of a greedy's gain ``slaq``'s predictions
 capture, and a policy can beat it (``sim/bound.py`` holds a true lower bound on job-seconds).
 
+With at least as many cores as jobs, the greedy's allocation is kept only if its true gain
+net of the moves it makes beats that of the allocation held now, as ``slaq`` does
+(:func:`slaq_mpi.brain.moves.settle_moves`, with the true gains).
+
 Gains are counted on the loss of the model being trained: after ``n`` reports the model's loss
 is ``curve[n]``, which the job reports one iteration later. Counting instead on the reported
 loss, a new job's first iteration gains nothing (it only measures ``L0``), its gains stop being
@@ -19,7 +23,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from slaq_mpi.policies.snapshot import ClusterSnapshot
+from slaq_mpi.brain.moves import settle_moves
+from slaq_mpi.policies.snapshot import ClusterSnapshot, JobSnapshot
 from slaq_mpi.sim.workload import SimJob
 
 __all__ = ["OraclePolicy"]
@@ -91,14 +96,37 @@ class OraclePolicy:
                 m = m[m > 0]
                 margs.append(m)
                 owner.append(np.full(len(m), i))
-        if left <= 0 or not margs:
+        if left > 0 and margs:
+            flat = np.concatenate(margs)
+            who = np.concatenate(owner)
+            if len(flat) > left:
+                top = np.argpartition(-flat, left - 1)[:left]
+                who = who[top]
+            extra = np.bincount(who, minlength=len(jobs))
+            for i, j in enumerate(jobs):
+                alloc[j.job_id] += int(extra[i])
+        if len(jobs) < len(snapshot.jobs):
             return alloc
-        flat = np.concatenate(margs)
-        who = np.concatenate(owner)
-        if len(flat) > left:
-            top = np.argpartition(-flat, left - 1)[:left]
-            who = who[top]
-        extra = np.bincount(who, minlength=len(jobs))
-        for i, j in enumerate(jobs):
-            alloc[j.job_id] += int(extra[i])
-        return alloc
+        return self._settle(snapshot, jobs, alloc)
+
+    def _settle(self, snapshot: ClusterSnapshot, jobs: list[JobSnapshot],
+                alloc: dict[str, int]) -> dict[str, int]:
+        """``alloc``, or the allocation held now if the moves it makes cost more than they
+        truly gain over the next epoch."""
+        cap = snapshot.capacity
+        caps = np.array([max(1, min(j.max_cores, cap)) for j in jobs], dtype=np.int64)
+
+        def value(cores: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+            out = np.zeros(len(jobs))
+            for i, j in enumerate(jobs):
+                if cores[i] > 0:
+                    g = self._gains(j.job_id, len(j.losses), int(caps[i]), float(seconds[i]))
+                    out[i] = g[min(int(cores[i]), len(g) - 1)]
+            return out
+
+        settled = settle_moves(
+            np.array([j.cores for j in jobs], dtype=np.int64),
+            np.array([alloc[j.job_id] for j in jobs], dtype=np.int64), caps, cap,
+            np.array([bool(j.losses) for j in jobs], dtype=bool), float(snapshot.epoch_seconds),
+            float(snapshot.move_seconds), value)
+        return {j.job_id: int(c) for j, c in zip(jobs, settled.tolist(), strict=True)}
