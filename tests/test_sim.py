@@ -124,13 +124,17 @@ def test_policy_sees_only_the_past() -> None:
             assert js.arrival <= snap.now
             assert all(c == 2 for c, _ in js.throughput)
     assert seen[0].jobs[0].job_id == "a" and len(seen[0].jobs) == 1
-    # the epoch before b's arrival at 2.5 is cut to end then, so b is admitted at once
-    assert [s.now for s in seen[:4]] == [0.0, 1.0, 2.0, 2.5]
-    assert [s.epoch_seconds for s in seen[:4]] == [1.0, 1.0, 0.5, 1.0]
+    # b's arrival at 2.5 is decided at once; the next regular decision is an epoch later
+    assert [s.now for s in seen[:5]] == [0.0, 1.0, 2.0, 2.5, 3.5]
+    assert {s.epoch_seconds for s in seen} == {1.0}
     assert [len(s.jobs) for s in seen[:4]] == [1, 1, 1, 2]
+    assert {s.move_seconds for s in seen} == {0.0}  # the simulator's move cost (none given)
+    simulate(jobs, Spy(), capacity=4, epoch_seconds=1.0, reconfigure_seconds=0.2, max_epochs=1)
+    assert seen[-1].move_seconds == 0.2
 
 
-def test_an_epoch_ends_when_a_job_finishes_and_its_cores_move_at_once() -> None:
+@pytest.mark.parametrize("epoch_model", ["fluid", "live"])
+def test_a_job_that_ends_frees_its_cores_at_once(epoch_model: str) -> None:
     class Even:
         name = "even"
 
@@ -138,32 +142,17 @@ def test_an_epoch_ends_when_a_job_finishes_and_its_cores_move_at_once() -> None:
             return {j.job_id: snap.capacity // len(snap.jobs) for j in snap.jobs}
 
     long = linear_job("long", n=20, work=1.0)  # 1 s per iteration on 1 core
-    run = simulate([linear_job("short", n=2, work=0.5), long], Even(), capacity=2, epoch_seconds=2.0)
-    assert run.jobs["short"].end == pytest.approx(1.0)
-    assert run.epoch_time[:3].tolist() == pytest.approx([0.0, 1.0, 3.0])  # cut at 1.0 s
-    assert run.alloc[:2, 1].tolist() == [1, 2]  # long gets the freed core then
-    assert run.jobs["long"].time[:3] == pytest.approx([1.0, 1.5, 2.0])
+    for short_work, end in ((0.5, 1.0), (0.9, 1.8)):
+        run = simulate([linear_job("short", n=2, work=short_work), long], Even(), capacity=2,
+                       epoch_seconds=2.0, epoch_model=epoch_model)
+        assert run.jobs["short"].end == pytest.approx(end)
+        # the end is decided at once, and the long job gets the freed core then
+        assert run.epoch_time[:3].tolist() == pytest.approx([0.0, end, end + 2.0])
+        assert run.alloc[:2, 1].tolist() == [1, 2]
+    run = simulate([linear_job("short", n=2, work=0.5), long], Even(), capacity=2,
+                   epoch_seconds=2.0, epoch_model=epoch_model)
+    assert run.jobs["long"].time[:3] == pytest.approx([1.0, 1.5, 2.0])  # at a boundary: no wait
     assert run.jobs["long"].attained_core_seconds == pytest.approx(1.0 + 2 * 9.5)
-    # a job finishing less than a quarter epoch before the deadline does not cut it
-    run = simulate([linear_job("short", n=9, work=0.2), long], Even(), capacity=2, epoch_seconds=2.0)
-    assert run.jobs["short"].end == pytest.approx(1.8)
-    assert run.epoch_time[:2].tolist() == pytest.approx([0.0, 2.0])
-    # nor one whose cores are too few to be worth a decision: 1 of 64 cores for 1 s is less
-    # than a 1/32-epoch pause of every core (plan.CUT_COST_SHARE)
-    class OneForShort:
-        name = "one-for-short"
-
-        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
-            rest = snap.capacity - (len(snap.jobs) - 1)
-            return {j.job_id: 1 if j.job_id == "short" else rest for j in snap.jobs}
-
-    big = linear_job("big", n=20, work=63.0)  # 1 s per iteration on 63 cores
-    run = simulate([linear_job("short", n=2, work=0.5), big], OneForShort(), capacity=64,
-                   epoch_seconds=2.0)
-    assert run.jobs["short"].end == pytest.approx(1.0)
-    assert run.epoch_time[:2].tolist() == pytest.approx([0.0, 2.0])
-    # when every job with cores finishes, the epoch ends with the last (all have reported),
-    # too late in it for a cut: waiting job c gets cores at 1.8 s, not 2 s
 
     class NotC:
         name = "not-c"
@@ -171,9 +160,11 @@ def test_an_epoch_ends_when_a_job_finishes_and_its_cores_move_at_once() -> None:
         def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
             return {j.job_id: int(j.job_id != "c") for j in snap.jobs}
 
+    # each end is decided at once, however close the next: a ends at 1.6 s, b at 1.8 s
     jobs = [linear_job("a", n=2, work=0.8), linear_job("b", n=2, work=0.9), linear_job("c", n=2)]
-    run = simulate(jobs, NotC(), capacity=2, epoch_seconds=2.0, max_epochs=2)
-    assert run.epoch_time.tolist() == pytest.approx([0.0, 1.8])
+    run = simulate(jobs, NotC(), capacity=2, epoch_seconds=2.0, max_epochs=3,
+                   epoch_model=epoch_model)
+    assert run.epoch_time.tolist() == pytest.approx([0.0, 1.6, 1.8])
 
 
 def test_overallocation_is_an_error() -> None:
@@ -395,24 +386,78 @@ def test_shipped_configs_describe_the_paper_and_scale_setups() -> None:
     assert max(j.arrival for j in jobs) < 40.0  # all arrive early: thousands active at once
 
 
-def test_live_epoch_model_waits_for_the_slowest_job() -> None:
-    class One:
-        name = "one"
+class Fixed:
+    """The same cores to each job at every decision (0 to the jobs not named)."""
+    name = "fixed"
 
-        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
-            return {j.job_id: 1 for j in snap.jobs}
+    def __init__(self, cores: dict[str, int], after: float = math.inf,
+                 then: dict[str, int] | None = None) -> None:
+        self.cores, self.after, self.then = cores, after, cores if then is None else then
 
+    def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+        use = self.then if snap.now >= self.after else self.cores
+        return {j.job_id: use.get(j.job_id, 0) for j in snap.jobs}
+
+
+@pytest.mark.parametrize("epoch_model", ["fluid", "live"])
+def test_jobs_not_moved_iterate_across_decisions(epoch_model: str) -> None:
     slow = linear_job("slow", n=3, work=1.5)  # 1.5 s per iteration on 1 core
     fast = linear_job("fast", n=8, work=0.25)
-    run = simulate([slow, fast], One(), capacity=2, epoch_seconds=1.0, epoch_model="live")
-    assert run.jobs["slow"].time == pytest.approx([1.5, 3.0, 4.5])  # one whole iteration per epoch
-    assert run.epoch_time.tolist() == pytest.approx([0.0, 1.5, 3.0])  # epochs stretch to 1.5 s
-    # the fast job starts no iteration that would end after the 1 s deadline: 4 per epoch
-    assert run.jobs["fast"].time == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.75, 2.0, 2.25, 2.5])
-    fluid = simulate([slow, fast], One(), capacity=2, epoch_seconds=1.0)
-    assert fluid.epoch_time.tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
+    run = simulate([slow, fast], Fixed({"slow": 1, "fast": 1}), capacity=2, epoch_seconds=1.0,
+                   epoch_model=epoch_model, reconfigure_seconds=0.3)
+    assert run.jobs["slow"].time == pytest.approx([1.5, 3.0, 4.5])  # no pause at any decision
+    assert run.jobs["fast"].time == pytest.approx(0.25 * np.arange(1, 9))
+    assert run.epoch_time.tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
+    assert np.isnan(run.pause_ms).all()  # nobody moved
     with pytest.raises(ValueError, match="epoch_model"):
-        simulate([slow], One(), capacity=1, epoch_seconds=1.0, epoch_model="bogus")
+        simulate([slow], Fixed({}), capacity=1, epoch_seconds=1.0, epoch_model="bogus")
+
+
+def test_a_moved_job_finishes_its_iteration_on_its_old_cores_then_pauses() -> None:
+    job = linear_job("a", n=6, work=1.0)  # 1 s per iteration on 1 core, 0.5 s on 2
+    policy = Fixed({"a": 1}, after=0.7, then={"a": 2})
+    live = simulate([job], policy, capacity=2, epoch_seconds=0.75, epoch_model="live",
+                    reconfigure_seconds=0.25)
+    # decided at 0.75 s, mid-iteration: it ends at 1.0 on 1 core, pauses to 1.25, then 2 cores
+    assert live.jobs["a"].time == pytest.approx([1.0, 1.75, 2.25, 2.75, 3.25, 3.75])
+    assert live.jobs["a"].cores.tolist() == [1, 2, 2, 2, 2, 2]
+    assert live.pause_ms.tolist()[:2] == [pytest.approx(np.nan, nan_ok=True), 250.0]
+    assert live.jobs["a"].attained_core_seconds == pytest.approx(1.0 + 2 * 2.75)
+    fluid = simulate([job], policy, capacity=2, epoch_seconds=0.75, epoch_model="fluid",
+                     reconfigure_seconds=0.25)
+    # fluid: the move is at the decision; the quarter iteration left runs on 2 cores
+    assert fluid.jobs["a"].time == pytest.approx([1.125, 1.625, 2.125, 2.625, 3.125, 3.625])
+
+
+def test_a_growing_job_waits_for_the_cores_it_gains() -> None:
+    big = linear_job("big", n=8, work=1.0)  # 1 s per iteration on 1 core
+    slow = linear_job("slow", n=5, work=3.0)  # 3 s per iteration on 1 core
+    policy = Fixed({"big": 1, "slow": 1}, after=1.4, then={"big": 2})
+    run = simulate([big, slow], policy, capacity=2, epoch_seconds=1.5, epoch_model="live",
+                   max_epochs=3)
+    # told at 1.5 s; slow frees its core at the end of its iteration (3 s), big moves at its
+    # first boundary from then (3 s) and runs on 2 cores (0.5 s per iteration)
+    assert run.jobs["slow"].time == pytest.approx([3.0])
+    assert run.jobs["big"].time.tolist()[:5] == pytest.approx([1.0, 2.0, 3.0, 3.5, 4.0])
+    assert run.jobs["slow"].attained_core_seconds == pytest.approx(3.0)
+    fluid = simulate([big, slow], policy, capacity=2, epoch_seconds=1.5, epoch_model="fluid",
+                     max_epochs=3)
+    assert fluid.jobs["slow"].time.size == 0  # stopped at 1.5 s, half an iteration done
+    assert fluid.jobs["big"].time.tolist()[:3] == pytest.approx([1.0, 1.75, 2.25])
+
+
+def test_a_stopped_job_keeps_its_progress_and_resumes_after_a_pause() -> None:
+    job = linear_job("a", n=4, work=1.0)
+    policy = Fixed({"a": 1}, after=1.4, then={})
+    run = simulate([job], policy, capacity=1, epoch_seconds=1.5, max_epochs=2,
+                   reconfigure_seconds=0.5, epoch_model="live")
+    assert run.jobs["a"].time == pytest.approx([1.0, 2.0])  # stops at its boundary after 1.5 s
+    assert run.jobs["a"].attained_core_seconds == pytest.approx(2.0)
+    back = Fixed({"a": 1}, after=1.4, then={})
+    back.allocate = lambda snap: {"a": 0 if 1.4 <= snap.now < 2.9 else 1}  # type: ignore[method-assign]
+    run = simulate([job], back, capacity=1, epoch_seconds=1.5, reconfigure_seconds=0.5,
+                   epoch_model="live")
+    assert run.jobs["a"].time == pytest.approx([1.0, 2.0, 4.5, 5.5])  # back at 3.0, 0.5 s restore
 
 
 def test_a_data_file_unread_here_is_simulated_at_a_stand_in_size_with_a_note(tmp_path: Path) -> None:

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from slaq_mpi.config import experiment as config
-from slaq_mpi.policies.snapshot import ClusterSnapshot, job_snapshot
+from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, ClusterSnapshot, cluster_snapshot, job_snapshot
 from slaq_mpi.runtime import history
 from slaq_mpi.sim import engine
 from slaq_mpi.sim.scaling import ScalingModel
+from slaq_mpi.sim.timeline import JobRun
 from slaq_mpi.sim.workload import SimJob
 from slaq_mpi.storage.metrics import RunRecord
 
@@ -69,7 +70,7 @@ def _simulated(spec: config.ExperimentSpec) -> ClusterSnapshot:
                      arrival=tpl.arrival, curve=np.linspace(2.0, 0.5, 60), l_star=0.5,
                      scaling=ScalingModel(work=1.0), max_cores=min(tpl.max_cores or 16, 16),
                      stop_iter=50, max_iterations=tpl.stop.max_iterations, utility=tpl.utility)
-        state = engine._State(job, col, seed=0)
+        state = JobRun(job, col, seed=0)
         for cores, secs, losses in HISTORY[tpl.name]:
             state.losses.extend(losses)
             state.throughput.append((cores, secs))
@@ -77,7 +78,7 @@ def _simulated(spec: config.ExperimentSpec) -> ClusterSnapshot:
             state.n += len(losses)
         state.cores = HOLDS[tpl.name]
         states.append(state)
-    return engine._snapshot(states, CAPACITY, 3.0, 0.75)
+    return engine._snapshot(states, CAPACITY, 3.0, 0.75, DEFAULT_MOVE_SECONDS)
 
 
 def test_the_coordinator_and_the_simulator_build_the_same_snapshot(tmp_path: Path) -> None:
@@ -109,3 +110,11 @@ def test_a_snapshot_holds_plain_tuples_and_floats() -> None:
     assert all(type(v) is float for _, v in snap.utility)
     assert job_snapshot("j", losses=(), throughput=(), cores=0, max_cores=3, capacity=8,
                         convergence="unknown", arrival=0.0, attained_core_seconds=0.0).utility == ()
+
+
+def test_a_snapshot_carries_the_move_cost_and_a_default_when_none_is_measured() -> None:
+    assert cluster_snapshot(4, 0.0, 1.0, ()).move_seconds == DEFAULT_MOVE_SECONDS
+    assert cluster_snapshot(4, 0.0, 1.0, (), move_seconds=0.02).move_seconds == 0.02
+    assert cluster_snapshot(4, 0.0, 1.0, (), move_seconds=0.0).move_seconds == 0.0
+    for unmeasured in (float("nan"), -1.0, float("inf")):  # the median of no pause, or nonsense
+        assert cluster_snapshot(4, 0.0, 1.0, (), move_seconds=unmeasured).move_seconds == DEFAULT_MOVE_SECONDS

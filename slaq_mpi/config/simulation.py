@@ -21,13 +21,14 @@ simulator (``slaq run`` never does). Every key is optional (inside ``workload:``
       scaling:                 # seconds/iter(a) = work/a + overhead + comm * log2(a)
         default: {overhead: 0.05, comm: 0.01}
         kmeans: {overhead: 0.08, cost: 2.0e-9}   # cost: 1-core seconds per row*feature
-      time_noise: 0.0          # relative std of each job's speed, drawn every epoch (mean kept)
-      reconfigure_seconds: 0.0 # time lost by a job whose core count changes
-      epoch_model: fluid       # fluid: iterations flow across epochs; live: like `slaq run`
-                               # (>= 1 whole iteration per epoch; the slowest job sets its end)
-      max_epochs: 100          # stop early (default: when every job is done)
-      horizon: 3600.0          # stop at this simulated time (seconds); the epoch it falls in
-                               # is cut to end there (live: each running job still does one iteration)
+      time_noise: 0.0          # relative std of each job's speed, drawn at every decision (mean kept)
+      reconfigure_seconds: 0.05  # the pause of a moved job (its core count changes), and the
+                               #   move cost the policies weigh (ClusterSnapshot.move_seconds)
+      epoch_model: fluid       # when a move happens: fluid at the decision, progress carried
+                               # over; live like `slaq run` (at the job's next iteration boundary,
+                               # a growing job once the cores it gains are free)
+      max_epochs: 100          # stop after this many decisions (default: when every job is done)
+      horizon: 3600.0          # stop at this simulated time (seconds)
       max_iterations: 20000    # safety cap on iterations of any simulated job
 """
 
@@ -41,6 +42,7 @@ from typing import Any
 from slaq_mpi.config.schema import LEFT_OUT, Key, Schema, choice, integers, keyed, numbers
 from slaq_mpi.config.values import MAX_RANKS, integer
 from slaq_mpi.errors import NO_VALUE, ConfigError
+from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS
 
 __all__ = [
     "CURVE_SOURCES", "EPOCH_MODELS", "ScalingParams", "SimSettings", "WorkloadSettings",
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 CURVE_SOURCES = ("library", "analytic")
-EPOCH_MODELS = ("fluid", "live")  # how an epoch ends in simulation (sim/engine.py's _advance)
+EPOCH_MODELS = ("fluid", "live")  # when a move takes effect in simulation (sim/engine.py)
 MAX_SECONDS = 1e9  # about 32 years: the largest mean gap or start time of a workload
 MAX_WEIGHT = 1e9  # the largest template weight of workload.mix (weights are relative)
 MAX_JOBS = 10**6  # jobs a workload may draw
@@ -90,7 +92,7 @@ class SimSettings:
     work_scale: float = 1.0
     scaling: Mapping[str, ScalingParams] = field(default_factory=dict)
     time_noise: float = 0.0
-    reconfigure_seconds: float = 0.0
+    reconfigure_seconds: float = DEFAULT_MOVE_SECONDS
     max_epochs: int | None = None
     horizon: float | None = None
     max_iterations: int = 20000
@@ -125,7 +127,7 @@ def simulation_settings(raw: Any, *, ranks: int, policy: str, job_names: Collect
         "epoch_model": Key(choice(EPOCH_MODELS), default="fluid"),
         "work_scale": Key(numbers(0.0, open_lo=True), default=1.0),
         "time_noise": Key(numbers(0.0), default=0.0),
-        "reconfigure_seconds": Key(numbers(0.0), default=0.0),
+        "reconfigure_seconds": Key(numbers(0.0), default=DEFAULT_MOVE_SECONDS),
         "max_epochs": Key(integers(1), nullable=True),
         "horizon": Key(numbers(0.0, open_lo=True), nullable=True),
         "max_iterations": Key(integers(1), default=20000),

@@ -1,22 +1,27 @@
-"""The discrete-event simulator: epochs of ``epoch_seconds`` over ``capacity`` cores.
+"""The discrete-event simulator of the asynchronous runtime, over ``capacity`` cores.
 
-At the start of every epoch (of ``epoch_seconds``, shortened to end at the next arrival as
-the live coordinator does: :func:`slaq_mpi.runtime.timing.epoch_length`) the jobs that have arrived are
-admitted, the policy is called on a
-:class:`~slaq_mpi.policies.snapshot.ClusterSnapshot` built exactly as the live coordinator builds it
-(losses reported so far, one observed ``(cores, seconds/iteration)`` pair per epoch run,
-attained core-seconds), and every job then iterates at its scaling model's speed until the
-epoch ends. An epoch in which jobs meet their stop rule is cut short by the live
-coordinator's rule (:func:`slaq_mpi.runtime.timing.cut_time`), so the finished jobs' cores are given
-out again at once (live, the other jobs stop at their next check, up to an eighth of an epoch
-later; here at once), and it ends with the last of its jobs if they all finish. With the
-``fluid`` epoch model (default) progress inside an unfinished iteration carries over to the
-next epoch and no job holds up the others; with ``live`` the simulator does what the MPI
-runtime does: every running job completes at least one whole iteration per epoch, starts none
-that would end after the deadline, and the next epoch begins when the slowest job has
-reported. Epochs in which no job is active are skipped (time jumps to the next arrival).
-With a ``horizon`` the simulation stops there: the epoch it falls in is cut short to end at it
-(under ``live``, the iterations that epoch must complete may still end after it).
+Jobs iterate continuously; the policy decides on rank 0's clock
+(:mod:`slaq_mpi.runtime.timing`): ``epoch_seconds`` after the previous decision, at once when
+a job arrives, and at once when a job meets its stop rule (its cores are free at that moment).
+At each decision the arrived jobs are admitted and the policy is called on a
+:class:`~slaq_mpi.policies.snapshot.ClusterSnapshot` built as the live coordinator builds it
+(the losses of the iterations ended so far, one observed ``(cores, seconds/iteration)`` pair
+per stretch of iterations between decisions, attained core-seconds, and the move cost as
+``move_seconds``). A job whose core count stays the same never stops. A job whose count
+changes is moved (:mod:`slaq_mpi.sim.timeline`): it pauses ``reconfigure_seconds`` (a job
+that never ran starts without a pause) and then runs on its new count. When the move happens
+is the epoch model:
+
+* ``live`` (what the MPI runtime does): the job finishes its current iteration on its old
+  cores; a job that grows keeps iterating on its old cores until the cores it gains are free
+  (the free ones at once, then those of the jobs that shrink, each at its own next iteration
+  boundary, earliest first, given to the growing jobs in arrival order) and moves at its
+  next iteration boundary after that;
+* ``fluid``: every move takes effect at the decision, and the progress made in the current
+  iteration carries over to the new core count (an ideal runtime that stops nothing midway).
+
+When no job is active the clock jumps to the next arrival. With a ``horizon`` the simulation
+stops there.
 """
 
 from __future__ import annotations
@@ -29,17 +34,11 @@ from typing import Any
 import numpy as np
 
 from slaq_mpi.errors import ContractError, SlaqError
-from slaq_mpi.policies.snapshot import (
-    ClusterSnapshot,
-    JobSnapshot,
-    checked_allocation,
-    cluster_snapshot,
-    job_snapshot,
-    utility_pairs,
-)
+from slaq_mpi.policies.snapshot import ClusterSnapshot, checked_allocation, cluster_snapshot, utility_pairs
 from slaq_mpi.report.evaluation import JobTrace, RunData
-from slaq_mpi.runtime.timing import cut_time, epoch_length
+from slaq_mpi.runtime.timing import next_decision
 from slaq_mpi.sim.settings import EPOCH_MODELS
+from slaq_mpi.sim.timeline import JobRun
 from slaq_mpi.sim.workload import SimJob
 
 __all__ = ["EPOCH_MODELS", "SimulationError", "simulate"]
@@ -49,131 +48,11 @@ class SimulationError(SlaqError, RuntimeError):
     """A policy returned an allocation the simulator cannot apply."""
 
 
-class _State:
-    __slots__ = ("job", "col", "n", "frac", "cores", "attained", "losses", "throughput",
-                 "t_chunks", "c_chunks", "s_chunks", "start", "end", "rng")
-
-    def __init__(self, job: SimJob, col: int, seed: int):
-        self.job = job
-        self.col = col
-        self.n = 0
-        self.frac = 0.0
-        self.cores = 0
-        self.attained = 0.0
-        self.losses: list[float] = []
-        self.throughput: list[tuple[int, float]] = []
-        self.t_chunks: list[np.ndarray] = []
-        self.c_chunks: list[int] = []
-        self.s_chunks: list[float] = []
-        self.start = math.nan
-        self.end = math.nan
-        self.rng = np.random.default_rng([seed, 3, col])
-
-    def snapshot(self, capacity: int) -> JobSnapshot:
-        """What a policy may know about this job now, on ``capacity`` cores."""
-        job = self.job
-        return job_snapshot(
-            job.name, losses=self.losses, throughput=self.throughput, cores=self.cores,
-            max_cores=job.max_cores, capacity=capacity, convergence=job.convergence,
-            arrival=job.arrival, attained_core_seconds=self.attained, utility=job.utility,
-            max_iterations=job.max_iterations)
-
-
-def _snapshot(active: Sequence[_State], capacity: int, now: float, length: float) -> ClusterSnapshot:
-    """What the policy sees at the decision at ``now`` for an epoch of ``length`` seconds."""
-    return cluster_snapshot(capacity, now, length, (s.snapshot(capacity) for s in active))
-
-
-def _speed(s: _State, cores: int, noise: float) -> float:
-    """Seconds per iteration of job ``s`` on ``cores`` cores this epoch (one noise draw).
-
-    ``noise`` is the relative standard deviation of the job's speed (iterations per second):
-    the speed is multiplied by a lognormal factor of mean 1, so noise changes no job's mean
-    speed."""
-    tpi = s.job.scaling.seconds(cores)
-    if noise > 0:
-        sigma = math.sqrt(math.log1p(noise * noise))
-        tpi *= math.exp(sigma * float(s.rng.standard_normal()) + 0.5 * sigma * sigma)
-    return tpi
-
-
-def _penalty(s: _State, cores: int, reconfigure: float) -> float:
-    """Seconds job ``s`` loses this epoch to a change of its core count (checkpoint, restore).
-
-    A job that has iterated restores from its checkpoint whenever its count changes, also
-    when it comes back from a pause (0 cores), as a live run does."""
-    return reconfigure if (cores != s.cores and s.n > 0) else 0.0
-
-
-def _finish(s: _State, epoch: float, tpi: float, penalty: float, live: bool) -> float:
-    """Seconds into an epoch of ``epoch`` seconds at which job ``s`` would meet its stop rule
-    at ``tpi`` seconds per iteration (``inf`` if it would not finish in it). An offset, not a
-    time: ``now + x - now`` can lose the last iteration of a fast job to rounding."""
-    left = s.job.stop_iter - s.n
-    if left <= 0:
-        return 0.0
-    frac = 0.0 if live else s.frac
-    done = penalty + (left - frac) * tpi
-    if done <= epoch + 1e-9 * tpi or (live and left == 1):
-        return done
-    return math.inf
-
-
-def _cut(length: float, ends: list[tuple[float, int]], epoch_seconds: float,
-         capacity: int) -> float:
-    """The length of an epoch of ``length`` seconds cut short for the jobs that finish in it,
-    as the live coordinator cuts it: ``ends`` holds ``(seconds into the epoch, cores)`` of
-    those jobs, and the cut (:func:`slaq_mpi.runtime.timing.cut_time`) comes at the first finish from
-    which the cores freed so far make one worth it."""
-    freed = 0
-    for at, cores in sorted(ends):
-        freed += cores
-        cut = cut_time(0.0, length, at, epoch_seconds, freed, capacity)
-        if cut is not None:
-            return max(cut, at)
-    return length
-
-
-def _advance(s: _State, cores: int, now: float, epoch: float, tpi: float, penalty: float,
-             live: bool) -> float:
-    """Run job ``s`` on ``cores`` cores (``tpi`` seconds per iteration, the first ``penalty``
-    seconds lost to a move) for the epoch starting at ``now``.
-
-    Returns when the job's last iteration of the epoch ended (``now`` if none did).
-    fluid: iterations run back to back across epoch boundaries (progress carries over).
-    live: as the MPI runtime does, at least one whole iteration, and no iteration is started
-    that would end after the deadline; the caller makes the epoch last until every job is done.
-    """
-    job = s.job
-    s.cores = cores
-    if cores <= 0:
-        return now
-    if math.isnan(s.start):
-        s.start = now
-    avail = epoch - penalty
-    last = now
-    if live:
-        progress = max(avail / tpi, 1.0)
-        s.frac = 0.0
-    else:
-        progress = s.frac + max(avail, 0.0) / tpi
-    m = min(int(progress + 1e-9), job.stop_iter - s.n)
-    if m > 0:
-        ends = now + penalty + (np.arange(1, m + 1) - s.frac) * tpi
-        s.losses.extend(job.curve[s.n : s.n + m].tolist())
-        s.t_chunks.append(ends)
-        s.c_chunks.append(m)
-        s.s_chunks.append(tpi)
-        s.throughput.append((cores, tpi))
-        s.n += m
-        last = float(ends[-1])
-        if s.n >= job.stop_iter:
-            s.end = last
-    if not live:
-        s.frac = 0.0 if not math.isnan(s.end) else max(0.0, progress - m)
-        held_until = s.end if not math.isnan(s.end) else now + epoch
-        s.attained += cores * (held_until - now)
-    return last
+def _snapshot(active: Sequence[JobRun], capacity: int, now: float, epoch_seconds: float,
+              move_seconds: float) -> ClusterSnapshot:
+    """What the policy sees at the decision at ``now``."""
+    return cluster_snapshot(capacity, now, epoch_seconds, (s.snapshot(capacity) for s in active),
+                            move_seconds)
 
 
 def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_seconds: float,
@@ -185,15 +64,18 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
     """Simulate ``jobs`` under ``policy`` and return the run's traces (metrics.h5 content).
 
     ``policy`` follows the policy contract; if it has ``bind_truth(jobs)`` (the oracle), it is
-    first given the true jobs. Deterministic for a given workload and ``seed``.
-    ``epoch_model`` is ``fluid`` or ``live`` (see :func:`_advance`).
+    first given the true jobs. ``reconfigure_seconds`` is the pause of a moved job (the
+    snapshot's ``move_seconds``); ``max_epochs`` stops after that many decisions.
+    Deterministic for a given workload and ``seed``. ``epoch_model`` is ``live`` or ``fluid``
+    (when a move takes effect: see the module's docstring).
     """
     if epoch_model not in EPOCH_MODELS:
         raise ValueError(f"epoch_model must be one of {EPOCH_MODELS}, not {epoch_model!r}")
     pname = str(getattr(policy, "name", type(policy).__name__))
     if hasattr(policy, "bind_truth"):
         policy.bind_truth({j.name: j for j in jobs})
-    sim = _Simulation(jobs, seed, capacity, epoch_seconds, epoch_model == "live")
+    sim = _Simulation(jobs, seed, capacity, epoch_seconds, epoch_model == "live",
+                      float(reconfigure_seconds), float(time_noise))
     last_print = time.perf_counter()
     while sim.going():
         if max_epochs is not None and sim.epochs >= max_epochs:
@@ -202,30 +84,33 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, capacity: int, epoch_second
             break
         if not sim.admit(horizon):
             break
-        alloc, length = sim.decide(policy, pname, horizon)
-        sim.run_epoch(alloc, length, time_noise, reconfigure_seconds)
+        sim.plan(sim.decide(policy, pname))
+        sim.run_until(sim.next_time(horizon))
         if progress is not None and time.perf_counter() - last_print >= progress_seconds:
             last_print = time.perf_counter()
-            progress(f"  {pname}: t={sim.now:,.0f} s, epoch {sim.epochs}, {len(sim.active)} active, "
+            progress(f"  {pname}: t={sim.now:,.0f} s, decision {sim.epochs}, {len(sim.active)} active, "
                      f"{sim.done}/{len(sim.states)} done")
     return sim.result(name=name, policy=pname, seed=seed, config_text=config_text)
 
 
 class _Simulation:
-    """One simulation between its epochs: the jobs, the clock and what was recorded."""
+    """One simulation between its decisions: the jobs, the clock and what was recorded."""
 
     def __init__(self, jobs: Sequence[SimJob], seed: int, capacity: int, epoch_seconds: float,
-                 live: bool) -> None:
-        self.states = [_State(j, i, seed) for i, j in enumerate(jobs)]
+                 live: bool, move: float, noise: float) -> None:
+        self.states = [JobRun(j, i, seed) for i, j in enumerate(jobs)]
         self.pending = sorted(self.states, key=lambda s: (s.job.arrival, s.col))
         self.nxt = 0  # the first pending job that has not arrived
-        self.active: list[_State] = []
+        self.active: list[JobRun] = []
         self.capacity = capacity
         self.epoch_seconds = epoch_seconds
-        self.live = live
+        self.live, self.move, self.noise = live, move, noise
         self.epoch_t: list[float] = []
         self.rows: list[dict[int, int]] = []
         self.decision: list[float] = []
+        self.paused: list[bool] = []
+        self.changed: list[bool] = []
+        self.freed = False  # whether a job ended since the last decision
         self.now, self.epochs, self.done = 0.0, 0, 0
 
     def going(self) -> bool:
@@ -243,62 +128,102 @@ class _Simulation:
                 self.now = horizon
                 return False
         while self.nxt < len(pending) and pending[self.nxt].job.arrival <= self.now:
-            self.active.append(pending[self.nxt])
+            state = pending[self.nxt]
+            state.t0 = state.clock = self.now
+            self.active.append(state)
             self.nxt += 1
         return True
 
-    def decide(self, policy: Any, pname: str, horizon: float | None) -> tuple[dict[str, int], float]:
-        """The policy's checked allocation for the next epoch, and that epoch's length."""
-        upcoming = self.pending[self.nxt].job.arrival if self.nxt < len(self.pending) else None
-        length = epoch_length(self.now, upcoming, self.epoch_seconds)
-        if horizon is not None:
-            length = min(length, horizon - self.now)  # the last epoch ends at the horizon
-        snap = _snapshot(self.active, self.capacity, self.now, length)
+    def decide(self, policy: Any, pname: str) -> dict[str, int]:
+        """The policy's checked allocation at this decision."""
+        snap = _snapshot(self.active, self.capacity, self.now, self.epoch_seconds, self.move)
         t0 = time.perf_counter()
         raw = policy.allocate(snap)
         self.decision.append((time.perf_counter() - t0) * 1000.0)
         try:
-            return checked_allocation(raw, snap, pname), length
+            return checked_allocation(raw, snap, pname)
         except ContractError as exc:
             raise SimulationError(str(exc)) from None
 
-    def run_epoch(self, alloc: dict[str, int], length: float, noise: float,
-                  reconfigure: float) -> None:
-        """Run every active job on its cores for an epoch of ``length`` seconds (shorter if
-        jobs finish in it), then move the clock to the next decision."""
-        row: dict[int, int] = {}
-        speed: dict[int, tuple[float, float]] = {}
-        finishing: list[tuple[float, int]] = []
-        for s in self.active:
-            c = alloc.get(s.job.name, 0)
-            if c:
-                row[s.col] = c
-                tpi, pen = _speed(s, c, noise), _penalty(s, c, reconfigure)
-                speed[s.col] = (tpi, pen)
-                at = _finish(s, length, tpi, pen, self.live)
-                if math.isfinite(at):
-                    finishing.append((at, c))
-        if finishing and len(finishing) == len(speed):  # all report early: the next epoch starts
-            length = min(length, max(at for at, _ in finishing))
-        elif finishing:  # a job frees its cores mid-epoch: re-decide then if worth it
-            length = _cut(length, finishing, self.epoch_seconds, self.capacity)
+    def plan(self, alloc: dict[str, int]) -> None:
+        """Record the decision and plan every job's switch to its new core count."""
         now = self.now
-        ends: list[float] = []
+        row: dict[int, int] = {}
+        paid, changed = False, self.freed  # a job that ended since left its ranks
+        free = self.capacity
+        releases: list[tuple[float, int]] = []  # (when, cores) that shrinking jobs free
+        growing: list[tuple[JobRun, int, float]] = []
         for s in self.active:
-            tpi, pen = speed.get(s.col, (math.inf, 0.0))
-            ends.append(_advance(s, alloc.get(s.job.name, 0), now, length, tpi, pen, self.live))
+            if self.noise > 0 and (s.running or s.job.name in alloc):
+                s.redraw(self.noise)
+            free -= s.running
+            cores = alloc.get(s.job.name, 0)
+            if cores:
+                row[s.col] = cores
+            changed = changed or cores != s.cores
+            if cores == s.running:
+                s.plan(cores, now, 0.0)
+                continue
+            pause = self.move if cores > 0 and s.started else 0.0
+            paid = paid or (pause > 0 and cores != s.cores)
+            if not self.live:
+                s.plan(cores, now, pause)
+            elif cores < s.running:
+                at = s.boundary(now)
+                releases.append((at, s.running - cores))
+                s.plan(cores, at, pause)
+            else:
+                growing.append((s, cores, pause))
+        if growing:
+            self._grow(growing, [(now, free), *sorted(releases)])
         self.epoch_t.append(now)
         self.rows.append(row)
-        step = length
-        if self.live:
-            step = max(length, max(ends, default=now) - now)
-            for s in self.active:
-                held = (s.end if not math.isnan(s.end) else now + step) - now
-                s.attained += s.cores * held
-        still = [s for s in self.active if math.isnan(s.end)]
+        self.paused.append(paid)
+        self.changed.append(changed)
+        self.freed = False
+
+    def _grow(self, growing: list[tuple[JobRun, int, float]],
+              releases: list[tuple[float, int]]) -> None:
+        """Plan the growing jobs' switches (``live``): each takes the cores it gains from
+        ``releases`` (when, how many), earliest first, and moves at its first iteration
+        boundary once the last of them is free."""
+        k = 0
+        left = releases[0][1]
+        for s, cores, pause in growing:
+            need = cores - s.running
+            ready = self.now
+            while need > 0 and k < len(releases):
+                take = min(need, left)
+                need -= take
+                left -= take
+                ready = max(ready, releases[k][0])
+                if left <= 0:
+                    k += 1
+                    left = releases[k][1] if k < len(releases) else 0
+            s.plan(cores, s.boundary(ready), pause)
+
+    def next_time(self, horizon: float | None) -> float:
+        """The next decision: the regular or arrival one (:func:`next_decision`), or the first
+        end of a job, if sooner; at most ``horizon``."""
+        upcoming = self.pending[self.nxt].job.arrival if self.nxt < len(self.pending) else None
+        due = next_decision(self.now, upcoming, self.epoch_seconds)
+        ends = min((s.finish_time() for s in self.active), default=math.inf)
+        due = min(due, ends)
+        if horizon is not None:
+            due = min(due, horizon)
+        return max(due, self.now)
+
+    def run_until(self, until: float) -> None:
+        """Run every active job to ``until``; the jobs that meet their stop rule by then end."""
+        still = []
+        for s in self.active:
+            s.advance(until, finish=s.finish_time() <= until)
+            if math.isnan(s.end):
+                still.append(s)
         self.done += len(self.active) - len(still)
+        self.freed = self.freed or len(still) < len(self.active)
         self.active = still
-        self.now += step
+        self.now = until
         self.epochs += 1
 
     def result(self, *, name: str, policy: str, seed: int, config_text: str) -> RunData:
@@ -307,6 +232,7 @@ class _Simulation:
         for e, row in enumerate(self.rows):
             for col, c in row.items():
                 alloc_arr[e, col] = c
+        pause = np.where(np.array(self.paused, dtype=bool), self.move * 1000.0, np.nan)
         return RunData(
             name=name, policy=policy, seed=seed, capacity=self.capacity,
             epoch_seconds=self.epoch_seconds, mode="simulate", config=config_text,
@@ -314,19 +240,12 @@ class _Simulation:
             job_names=[s.job.name for s in self.states],
             epoch_time=np.array(self.epoch_t, dtype=np.float64), alloc=alloc_arr,
             decision_ms=np.array(self.decision, dtype=np.float64),
-            pause_ms=np.full(len(self.rows), np.nan), moved=_moved(alloc_arr), stopped=self.now,
+            pause_ms=pause.astype(np.float64), moved=np.array(self.changed, dtype=np.int8),
+            stopped=self.now,
         )
 
 
-def _moved(alloc: np.ndarray) -> np.ndarray:
-    """Whether any job's core count changed at each epoch (the first epoch counts as moved)."""
-    if len(alloc) == 0:
-        return np.zeros(0, dtype=np.int8)
-    change = np.any(alloc[1:] != alloc[:-1], axis=1)
-    return np.concatenate(([True], change)).astype(np.int8)
-
-
-def _trace(s: _State) -> JobTrace:
+def _trace(s: JobRun) -> JobTrace:
     job = s.job
     n = len(s.losses)
     times = np.concatenate(s.t_chunks) if s.t_chunks else np.zeros(0)

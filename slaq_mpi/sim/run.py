@@ -14,6 +14,7 @@ from slaq_mpi._text import count
 from slaq_mpi.config.saved import read_run
 from slaq_mpi.errors import DataError
 from slaq_mpi.policies import get_policy
+from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS
 from slaq_mpi.policies.utility import validate_utility
 from slaq_mpi.report.evaluation import observed_end
 from slaq_mpi.sim.curves import CurveLibrary, extend
@@ -23,8 +24,8 @@ from slaq_mpi.sim.settings import SimSettings, parse_settings
 from slaq_mpi.sim.workload import SimJob, build_workload, stop_iteration
 from slaq_mpi.storage.metrics import JobTrace, RunData, write_metrics
 
-__all__ = ["Comparison", "SimWorkload", "compare_with_run", "prepare", "read_real_run",
-           "run_policies", "run_workload", "share_difference"]
+__all__ = ["Comparison", "SimWorkload", "compare_with_run", "measured_move_seconds", "prepare",
+           "read_real_run", "run_policies", "run_workload", "share_difference"]
 
 
 def prepare(spec: Any, library: CurveLibrary | None = None, notes: list[str] | None = None,
@@ -127,6 +128,15 @@ class Comparison:
     mean_share_difference: float
 
 
+def measured_move_seconds(run: RunData) -> float:
+    """The move cost a run measured: the median of its decisions' move pauses (``pause_ms``,
+    NaN where a decision moved no job), in seconds; else
+    :data:`~slaq_mpi.policies.snapshot.DEFAULT_MOVE_SECONDS`."""
+    pauses = np.asarray(run.pause_ms, dtype=np.float64)
+    pauses = pauses[np.isfinite(pauses) & (pauses >= 0)]
+    return float(np.median(pauses)) / 1000.0 if pauses.size else DEFAULT_MOVE_SECONDS
+
+
 def read_real_run(run_dir: str | Path) -> RunData:
     """The metrics of a real run (``slaq run``), refusing a simulated one.
 
@@ -175,9 +185,10 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
 
     Each job replays the losses it really reported (so curves are exact), arrives when it
     really arrived, and runs at a scaling model fitted to its observed (cores, seconds per
-    iteration); the run's own policy, capacity and epoch length are used, and by default the
-    ``live`` epoch model of the MPI runtime. Each job keeps its ``utility:`` spec from the
-    run's config, as in ``slaq simulate``.
+    iteration); the run's own policy, capacity and epoch length are used, by default the
+    ``live`` epoch model of the MPI runtime, and as the move cost the run's measured one
+    (:func:`measured_move_seconds`). Each job keeps its ``utility:`` spec from the run's
+    config, as in ``slaq simulate``.
 
     Raises:
         DataError: ``run_dir`` holds no metrics, or those of a simulation (:func:`read_real_run`).
@@ -212,7 +223,8 @@ def compare_with_run(run_dir: str | Path, progress: Callable[[str], None] | None
     horizon = end if math.isfinite(end) else None
     sim = simulate(jobs, policy, capacity=real.capacity, epoch_seconds=real.epoch_seconds,
                    name=real.name, seed=real.seed, config_text=real.config, horizon=horizon,
-                   progress=progress, epoch_model=epoch_model)
+                   progress=progress, epoch_model=epoch_model,
+                   reconfigure_seconds=measured_move_seconds(real))
     sim.policy = real.policy
     if out is not None:
         write_metrics(Path(out) / "metrics.h5", sim)
