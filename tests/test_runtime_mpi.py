@@ -106,42 +106,6 @@ def test_the_experiment_clock_starts_once_the_data_is_ready(tmp_path: Path) -> N
     assert 0.0 <= first_epoch <= first_iteration < delay, (first_epoch, first_iteration)
 
 
-def test_an_epoch_ends_early_when_a_job_finishes(tmp_path: Path) -> None:
-    # "short" finishes within milliseconds of an 8 s epoch: rank 0 cuts the epoch once a quarter
-    # of it has passed (plan.cut_time), and "long" gets the freed rank then, not at 8 s
-    epoch = 8.0
-    cfg = tmp_path / "cut.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "name": "cut", "output_dir": str(tmp_path / "run"), "ranks": 3, "epoch_seconds": epoch,
-        "policy": "fair", "seed": 5,
-        "jobs": [
-            {"name": "short", "algorithm": "logreg", "stop": {"max_iterations": 5},
-             "dataset": {"generator": "classification", "rows": 2000, "features": 10}},
-            {"name": "long", "algorithm": "logreg", "stop": {"max_iterations": 4000},
-             "dataset": {"generator": "classification", "rows": 20000, "features": 30}},
-        ]}))
-    _run(3, cfg, tmp_path)
-    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
-        start = f["epochs/time"][()]
-        alloc = f["epochs/alloc"][()]
-        names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["epochs/job_names"][()]]
-        statuses = {n: g.attrs["status"] for n, g in f["jobs"].items()}
-        short_end = float(f["jobs/short"].attrs["end"])
-        long_end = float(f["jobs/long"].attrs["end"])
-        stopped, elapsed = float(f.attrs["stopped"]), float(f.attrs["elapsed"])
-    assert statuses == {"short": "done", "long": "done"}
-    # the run observed its jobs until its last epoch ended, with the last job's report, and
-    # saved its record after that
-    assert start[-1] <= long_end <= stopped <= elapsed, (start[-1], long_end, stopped, elapsed)
-    # short ended in the first epoch, and that epoch was cut: the second began once a quarter
-    # epoch had passed (the cut reaches long's leader within an eighth of an epoch more on an
-    # idle machine, later on a loaded one), well before the epoch's full length, where an uncut
-    # one ends
-    assert len(start) >= 2 and start[0] <= short_end <= start[1], (short_end, start)
-    assert start[0] + epoch / 4 <= start[1] <= start[0] + 3 * epoch / 4, start
-    assert alloc[0, names.index("long")] == 1 and alloc[1, names.index("long")] == 2, alloc
-
-
 @pytest.mark.parametrize(("mode", "expected"), [("spread", "2 2 False"), ("same", "2 1 True")])
 def test_ranks_bound_to_cores_of_their_own_are_not_oversubscribed(mode: str, expected: str,
                                                                   tmp_path: Path) -> None:

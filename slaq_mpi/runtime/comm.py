@@ -5,22 +5,26 @@ Rank 0 talks to the workers through a :class:`CoordinatorLink` and each worker t
 all the state of the messages in flight. A message that arrives is handed to the handler
 registered for its :class:`Tag`, which decodes it and calls plain functions.
 
+Between start-up and shutdown nothing is collective over the world: rank 0 and the job
+leaders exchange point-to-point messages, and a move builds the new job's communicator over
+its own ranks only (``Create_group``). :func:`world_collectives` counts the world collectives
+this process entered, so a run can show it.
+
 The long waits do not busy-poll: MPICH spins at 100% CPU inside a blocking receive, which
-steals cores from training when ranks outnumber cores. Waiting for the coordinator's plan, a
-report, a barrier or a control exchange tests a request and sleeps between tests
+steals cores from training when ranks outnumber cores. Waiting for an assignment, a report, a
+barrier or a control exchange tests a request and sleeps between tests
 (:class:`~slaq_mpi.runtime.backoff.Backoff`). A job's own collectives
 (``MPIGroup.allreduce``, called every iteration) block as usual on a node with a core per
 rank; on an oversubscribed node (:func:`detect_oversubscription`) they too wait sleeping, so a
 rank waiting for a peer leaves the CPU to the peer instead of spinning on it. The short
-collectives of a move (``Split``, ``Dup``, a group's ``bcast`` of a restored checkpoint) block
-as usual.
+collectives of a move over the job's own ranks (``Create_group``, ``Dup``, the ``bcast`` of a
+restored checkpoint) block as usual.
 """
 
 from __future__ import annotations
 
 import enum
 import os
-import pickle
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 from slaq_mpi.runtime.backoff import Backoff
-from slaq_mpi.runtime.messages import Plan, Report
+from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.runtime.protocol import ReduceOp
 
 
@@ -39,15 +43,18 @@ class Tag(enum.IntEnum):
     REPORT = 11  # a job leader's Report, to rank 0
     ERROR = 12  # a worker's unrecoverable error, to rank 0
     START = 13  # a rank's reason to refuse the start, to rank 0
-    CUT = 14  # rank 0's ask to end an epoch early, to a job leader
+    ASSIGN = 14  # rank 0's Assign, to a worker rank
+    RELEASE = 15  # rank 0's ask to stop a job for a move, to its leader
 
 
 _START_MESSAGE_MAX = 4000  # characters: well below mpi4py's 32 KiB receive buffer
 _OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _WORLD = MPI.COMM_WORLD
+_world_calls = [0]  # world collectives this process entered (see world_collectives)
 _PATIENT = Backoff(first=0.0002, longest=0.002)  # waits for another rank's message or arrival
 # a job's collective on an oversubscribed node: a collective whose peers are ready is quick
 _COLLECTIVE = Backoff(first=0.0001, longest=0.0001, spins=20)
+_IDLE = Backoff(first=0.0002, longest=0.002)  # a free rank waiting for its next assignment
 
 
 def world_rank() -> int:
@@ -63,6 +70,17 @@ def world_size() -> int:
 def hostname() -> str:
     """The node this rank runs on."""
     return socket.gethostname()
+
+
+def world_collectives() -> int:
+    """How many collectives over the world this process has entered so far."""
+    return _world_calls[0]
+
+
+def _world_collective() -> MPI.Comm:
+    """The world communicator, for a collective over it (counted)."""
+    _world_calls[0] += 1
+    return _WORLD
 
 
 def abort(code: int) -> None:
@@ -101,7 +119,7 @@ def detect_oversubscription() -> tuple[int, int]:
     launcher that binds each rank to its own core gives each a mask of one). Returns
     ``(busy ranks, cpus)`` of this node (cpus 0 on a node with no busy rank); the ranks
     outnumber the CPUs if busy > cpus (then pass ``sleep_waits`` to :class:`WorkerLink`)."""
-    local = _WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    local = _world_collective().Split_type(MPI.COMM_TYPE_SHARED)
     try:
         mine = None if _WORLD.Get_rank() == 0 else (_cpu_set(),)
         masks = [m[0] for m in local.allgather(mine) if m is not None]  # the busy ranks'
@@ -166,18 +184,21 @@ def world_group() -> MPIGroup:
     return MPIGroup(_WORLD)
 
 
-def _split(color: int | None, key: int, between: Callable[[], object] | None = None,
-           sleep_waits: bool = False) -> MPIGroup | None:
-    """Collective over the world: ranks passing the same ``color`` form one new group; ranks
-    passing ``None`` take part but get none. ``between`` is called while the ranks arrive."""
-    _complete(_WORLD.Ibarrier(), between=between)  # arrive without spinning; the split is then quick
-    new = _WORLD.Split(MPI.UNDEFINED if color is None else color, key)
-    return None if new == MPI.COMM_NULL else MPIGroup(new, new.Dup(), sleep_waits)
+def job_group(ranks: Sequence[int], tag: int, sleep_waits: bool = False) -> MPIGroup:
+    """Collective over ``ranks`` only (world ranks, this one among them): their new group, in
+    world-rank order. Concurrent calls over disjoint rank sets do not meet; ``tag`` tells
+    apart calls that could."""
+    members = _WORLD.Get_group().Incl(sorted(ranks))
+    try:
+        new = _WORLD.Create_group(members, tag)
+    finally:
+        members.Free()
+    return MPIGroup(new, new.Dup(), sleep_waits)
 
 
 def barrier() -> None:
     """Wait (sleeping) until every rank of the world gets here."""
-    _complete(_WORLD.Ibarrier())
+    _complete(_world_collective().Ibarrier())
 
 
 def first_failure(message: str | None) -> tuple[int, str] | None:
@@ -187,7 +208,7 @@ def first_failure(message: str | None) -> tuple[int, str] | None:
     size, me = world_size(), world_rank()
     mine = np.array([me if message is not None else size], dtype=np.int32)
     lowest = np.zeros(1, dtype=np.int32)
-    _complete(_WORLD.Iallreduce(mine, lowest, op=MPI.MIN))
+    _complete(_world_collective().Iallreduce(mine, lowest, op=MPI.MIN))
     first = int(lowest[0])
     if first == size:
         return None
@@ -204,16 +225,40 @@ def root_value(value: int) -> int:
     """Collective over the world: every rank gets rank 0's small integer ``value`` (the
     others pass any)."""
     buf = np.array([value], dtype=np.int32)
-    _complete(_WORLD.Ibcast(buf, root=0))
+    _complete(_world_collective().Ibcast(buf, root=0))
     return int(buf[0])
+
+
+def _finish(during_run: int) -> list[int] | None:
+    """Collective over the world at shutdown: every rank arrives (sleeping), then rank 0 gets
+    each rank's count of world collectives during the run (the others get None)."""
+    barrier()
+    return _world_collective().gather(during_run, root=0)
 
 
 Handler = Callable[[Any], None]
 
 
+class _Sends:
+    """Point-to-point sends in flight, kept until complete (their buffers with them)."""
+
+    def __init__(self) -> None:
+        self._pending: list[MPI.Request] = []
+
+    def add(self, request: MPI.Request) -> None:
+        if len(self._pending) > 64:
+            self._pending = [r for r in self._pending if not r.Test()]
+        self._pending.append(request)
+
+    def complete(self) -> None:
+        for request in self._pending:
+            _complete(request)
+        self._pending.clear()
+
+
 class CoordinatorLink:
-    """Rank 0's end of a run's messages: it sends the plans and the asks to cut an epoch,
-    and hands every report or error that arrives to the handler of its tag (``handlers``:
+    """Rank 0's end of a run's messages: it sends assignments and asks to release a job, and
+    hands every report or error that arrives to the handler of its tag (``handlers``:
     ``Tag.REPORT`` gets a :class:`Report`, ``Tag.ERROR`` a worker's error mapping).
 
     Created by the coordinator for the run; :meth:`close` ends it.
@@ -223,109 +268,93 @@ class CoordinatorLink:
 
     def __init__(self, handlers: Mapping[Tag, Handler]) -> None:
         self._handlers = dict(handlers)
-        self._cut_sends: list[tuple[MPI.Request, np.ndarray]] = []  # kept until complete
+        self._sends = _Sends()
+        self._mark = world_collectives()
+        self.releases: dict[int, int] = {}  # rank -> asks to release sent to it
 
-    def broadcast_plan(self, plan: Plan) -> None:
-        """Send ``plan`` to every worker (:meth:`WorkerLink.recv_plan`)."""
-        payload = np.frombuffer(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-        header = np.array([payload.size], dtype=np.int64)
-        _complete(_WORLD.Ibcast(header, root=0))
-        _WORLD.Bcast(payload, root=0)
+    def assign(self, rank: int, order: Assign) -> None:
+        """Send ``order`` to worker ``rank`` (:meth:`WorkerLink.wait_assign`); does not wait."""
+        self._sends.add(_WORLD.isend(order, dest=rank, tag=Tag.ASSIGN))
 
-    def join_split(self) -> None:
-        """Take part (with no group) in the world split of a plan that moves jobs, handling
-        workers' errors while the ranks arrive (a rank that failed would never arrive)."""
-        _split(None, key=0, between=lambda: self._poll((Tag.ERROR,)))
-
-    def send_cut(self, leaders: Sequence[int], epoch: int) -> None:
-        """Ask these job leaders to end epoch ``epoch`` at their next check (a job finished
-        early and its cores are to be given out again). Does not wait for delivery."""
-        self._cut_sends[:] = [(r, b) for r, b in self._cut_sends if not r.Test()]
-        for dest in leaders:
-            box = np.array([epoch], dtype=np.int64)
-            self._cut_sends.append((_WORLD.Isend(box, dest=dest, tag=Tag.CUT), box))
+    def release(self, leader: int, job: str) -> None:
+        """Ask ``job``'s leader to stop it at its next check, checkpoint it and report
+        (:meth:`WorkerLink.released`); does not wait."""
+        self._sends.add(_WORLD.isend(job, dest=leader, tag=Tag.RELEASE))
+        self.releases[leader] = self.releases.get(leader, 0) + 1
 
     def wait(self, deadline: float | None = None) -> bool:
         """Handle the next message that arrives (sleeping until one does); False if
         ``deadline`` (``time.monotonic()``) passes first."""
-        return _PATIENT.wait(lambda: self._poll(self.ORDER), deadline)
+        return _PATIENT.wait(self._poll, deadline)
 
-    def _poll(self, tags: Sequence[Tag]) -> bool:
-        """Hand one waiting message of ``tags`` (in that order) to its handler; whether there
-        was one."""
+    def _poll(self) -> bool:
+        """Hand one waiting message (an error before any report) to its handler; whether
+        there was one."""
         status = MPI.Status()
-        for tag in tags:
+        for tag in self.ORDER:
             if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
                 self._handlers[tag](_WORLD.recv(source=status.Get_source(), tag=tag))
                 return True
         return False
 
-    def close(self) -> None:
-        """At the end of the run, after the plan that stops it: complete the asks to cut
-        (8-byte sends, complete once buffered), then meet every rank."""
-        for request, _box in self._cut_sends:
-            _complete(request)
-        self._cut_sends.clear()
-        barrier()
+    def close(self) -> int:
+        """At the end of the run, after every worker was told to exit: complete the sends,
+        meet every rank; returns the most world collectives any rank entered during the run."""
+        self._sends.complete()
+        counts = _finish(world_collectives() - self._mark)
+        return max(counts or [0])
 
 
 class WorkerLink:
-    """A worker's end of a run's messages: it receives the plans, sends its job's reports
-    and its errors, and hands every ask to cut an epoch to ``on_cut`` (with the epoch).
-    ``sleep_waits``: its jobs' collectives wait sleeping (see :class:`MPIGroup`).
+    """A worker's end of a run's messages: it waits for assignments, takes rank 0's asks to
+    release its job, and sends its job's reports and its errors. ``sleep_waits``: its jobs'
+    collectives wait sleeping (see :class:`MPIGroup`).
 
     Created by the worker for the run; :meth:`close` ends it.
     """
 
-    def __init__(self, on_cut: Callable[[int], None], sleep_waits: bool = False) -> None:
-        self._on_cut = on_cut
+    def __init__(self, sleep_waits: bool = False) -> None:
         self.sleep_waits = sleep_waits
-        self._cut_box = np.zeros(1, dtype=np.int64)
-        self._cut_recv: MPI.Request | None = None
+        self._sends = _Sends()
         self._posted: list[MPI.Request] = []  # errors in flight, kept alive until the abort
+        self._mark = world_collectives()
+        self._releases = 0  # asks to release taken
 
-    def recv_plan(self) -> Plan:
-        """Wait (sleeping, not spinning) for the next plan from rank 0."""
-        header = np.zeros(1, dtype=np.int64)
-        _complete(_WORLD.Ibcast(header, root=0))
-        payload = np.empty(int(header[0]), dtype=np.uint8)
-        _WORLD.Bcast(payload, root=0)
-        plan: Plan = pickle.loads(payload.tobytes())
-        return plan
+    def wait_assign(self) -> Assign:
+        """Wait (sleeping, not spinning) for rank 0's next assignment."""
+        got: list[Assign] = []
 
-    def split(self, color: int | None, key: int) -> MPIGroup | None:
-        """Collective over the world: the ranks passing the same ``color`` form one job's new
-        group; ``None`` takes part and joins none."""
-        return _split(color, key, sleep_waits=self.sleep_waits)
+        def arrived() -> bool:
+            if _WORLD.Iprobe(source=0, tag=Tag.ASSIGN):
+                got.append(_WORLD.recv(source=0, tag=Tag.ASSIGN))
+                return True
+            return False
+
+        _IDLE.wait(arrived)
+        return got[0]
+
+    def released(self) -> set[str]:
+        """A job leader: the jobs rank 0 has asked to release since the last call."""
+        jobs = set()
+        while _WORLD.Iprobe(source=0, tag=Tag.RELEASE):
+            jobs.add(str(_WORLD.recv(source=0, tag=Tag.RELEASE)))
+            self._releases += 1
+        return jobs
 
     def send_report(self, report: Report) -> None:
-        """A job leader: send ``report`` to rank 0."""
-        _complete(_WORLD.isend(report, dest=0, tag=Tag.REPORT))
+        """A job leader: send ``report`` to rank 0 without waiting for delivery."""
+        self._sends.add(_WORLD.isend(report, dest=0, tag=Tag.REPORT))
 
     def post_error(self, info: Mapping[str, str]) -> None:
         """Post an unrecoverable error to rank 0 without waiting for delivery."""
         self._posted.append(_WORLD.isend(dict(info), dest=0, tag=Tag.ERROR))
 
-    def poll(self) -> None:
-        """Hand every ask to cut an epoch that has arrived to ``on_cut``.
-
-        A receive stays posted between calls: a test of it sees a message that has arrived,
-        where a probe can miss one until a later call has let MPI progress.
-        """
-        while True:
-            if self._cut_recv is None:
-                self._cut_recv = _WORLD.Irecv(self._cut_box, source=0, tag=Tag.CUT)
-            if not self._cut_recv.Test():
-                return
-            self._cut_recv = None
-            self._on_cut(int(self._cut_box[0]))
-
-    def close(self) -> None:
-        """At the end of the run: meet every rank, take the asks that have arrived, then
-        cancel the posted receive (an ask still in flight is dropped with the world)."""
-        barrier()
-        self.poll()
-        if self._cut_recv is not None:
-            self._cut_recv.Cancel()
-            self._cut_recv.Wait()
-            self._cut_recv = None
+    def close(self, releases: int) -> None:
+        """At the end of the run (after rank 0's order to exit, which says how many
+        ``releases`` it sent this rank): take the asks still unread, complete the sends, meet
+        every rank."""
+        while self._releases < releases:
+            _complete(_WORLD.irecv(source=0, tag=Tag.RELEASE))
+            self._releases += 1
+        self._sends.complete()
+        _finish(world_collectives() - self._mark)

@@ -1,13 +1,17 @@
-"""Rank 0: admits jobs, collects reports, asks the policy, places ranks, sends plans.
+"""Rank 0: admits jobs, takes the jobs' reports, asks the policy, places ranks, moves jobs.
 
-Rank 0 never trains. It owns all scheduling state and rewrites ``metrics.h5`` and
-``state.json`` after every epoch, so a stopped or crashed run can be resumed.
+Rank 0 never trains. It decides on its own clock while the jobs train: every
+``epoch_seconds``, and at once when a job arrives or ends. Between decisions it handles the
+reports job leaders send on their own clocks, and carries out the latest placement
+(:class:`~slaq_mpi.runtime.transitions.Transitions`): it asks the leaders of the jobs whose
+ranks change to release them, and assigns free ranks to the jobs that start or restart. It
+owns all scheduling state and rewrites ``metrics.h5`` and ``state.json`` at every regular
+decision, so a stopped or crashed run can be resumed.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import signal
@@ -29,15 +33,16 @@ from slaq_mpi.errors import (
     disk_full_hint,
 )
 from slaq_mpi.policies import get_policy
-from slaq_mpi.policies.snapshot import checked_allocation
+from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, checked_allocation
 from slaq_mpi.runtime import comm, history
 from slaq_mpi.runtime import signals as _early_signals
-from slaq_mpi.runtime.backoff import Backoff
-from slaq_mpi.runtime.epoch_reports import EpochReports
 from slaq_mpi.runtime.history import STATE_FILE, new_record, resume_record
-from slaq_mpi.runtime.messages import Plan, Report
+from slaq_mpi.runtime.job_reports import absorb
+from slaq_mpi.runtime.messages import Assign, Report
+from slaq_mpi.runtime.moves_seen import MovesSeen
 from slaq_mpi.runtime.placement import place
-from slaq_mpi.runtime.timing import arrival_wait, epoch_length
+from slaq_mpi.runtime.timing import next_decision
+from slaq_mpi.runtime.transitions import Transitions
 from slaq_mpi.storage import checkpoint
 from slaq_mpi.storage.durable import replacing
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
@@ -46,7 +51,7 @@ from slaq_mpi.storage.rundir import STOP_FILE, remove_stop
 __all__ = ["STATE_FILE", "Coordinator", "new_record", "resume_record", "run_coordinator"]
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
-_CLOCK = Backoff(first=0.05, longest=0.05)  # waiting for the experiment's clock: a stop is seen within 50 ms
+_STOP_CHECK = 0.05  # seconds: a stop signal or STOP file is seen within this long
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only
 
 
@@ -66,23 +71,21 @@ class Coordinator:
         self.spec = spec
         self.run_dir = run_dir
         self.record = record
-        self.epoch = epoch
+        self.epoch = epoch  # decisions so far (each one starts an "epoch" of the record)
         self.workers = list(range(1, comm.world_size()))
         self.link = comm.CoordinatorLink({comm.Tag.ERROR: _raise_worker_error,
                                           comm.Tag.REPORT: self._on_report})
-        self._reports: EpochReports | None = None  # the running epoch's
         self.policy = get_policy(spec.policy, **spec.policy_params)
         self._specs = {j.name: j for j in spec.jobs}
         self.data: dict[str, str] = {}
-        self.ranks: dict[str, tuple[int, ...]] = {}
+        self.moves = Transitions()
+        self.seen = MovesSeen(record)
         self.stop_requested = False
-        self._prev_deadline: float | None = None
-        self._prev_stop: float | None = None
-        self._arrival_due: float | None = None  # the arrival the running epoch was cut short for
-        self._warned_slow: set[str] = set()
+        self._event = False  # a job ended: decide at once
+        self._changed = True  # the placement or the jobs training changed: carry out again
+        self._shown: tuple[float, dict[str, int]] | None = None  # the epoch whose line is due
         self._elapsed = elapsed
         self._t0 = time.monotonic() - elapsed
-        self._observed = elapsed  # experiment seconds up to which every job's history is known
         self._pruned: dict[str, int] = {}  # job -> the iterations its checkpoints were pruned to
 
     # --- time and signals -------------------------------------------------------------
@@ -105,7 +108,7 @@ class Coordinator:
             why = f"found {stop}"
         else:
             return False
-        _say(f"{why}: stopping after this epoch (every job checkpoints where it is)")
+        _say(f"{why}: stopping (every job checkpoints where it is)")
         self.stop_requested = True
         return True
 
@@ -118,11 +121,20 @@ class Coordinator:
         self._save(finished=False)  # from now on the directory is resumable
         _say(f"slaq: {count(len(self.spec.jobs), 'job')}, {count(len(self.workers), 'worker rank')}, "
              f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")
-        status = None
+        status, due = None, self.now()
         while status is None:
-            status = EXIT_STOPPED if self._stop_asked() else self._one_epoch()
-        self.link.broadcast_plan(Plan(epoch=self.epoch, epoch_seconds=0.0, stop=True))
-        self.link.close()
+            if self._stop_asked():
+                status = EXIT_STOPPED
+                break
+            now = self.now()
+            if now >= due or self._event:
+                self._event = False
+                status = self._decide(now, regular=now >= due)
+                due = self._next_decision(now)
+            if self._changed:
+                self._carry_out()
+            self.link.wait(deadline=self._t0 + min(due, self.now() + _STOP_CHECK))
+        self._shutdown()
         self._save(finished=status != EXIT_STOPPED)
         if status == EXIT_STOPPED:
             remove_stop(self.run_dir)
@@ -144,153 +156,92 @@ class Coordinator:
         return [j for j in self.record.jobs.values()
                 if j.status in ("waiting", "running") and j.arrival <= now]
 
-    def _wait_until(self, t: float) -> None:
-        """Sleep until the experiment's time ``t``, or until a stop is asked."""
-        _CLOCK.wait(self._stop_asked, deadline=self._t0 + t)
+    def _next_decision(self, now: float) -> float:
+        """When to decide next (:func:`~slaq_mpi.runtime.timing.next_decision`; a job's end
+        decides at once)."""
+        due = [j.arrival for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
+        return next_decision(now, min(due, default=None), self.spec.epoch_seconds)
 
-    def _one_epoch(self) -> int | None:
-        """Decide, run and record one epoch (or wait for the next arrival); the exit status
-        once every job has ended, else None."""
-        now = self._now_for_decision()
-        if now is None:
-            return None
+    def _decide(self, now: float, regular: bool) -> int | None:
+        """Ask the policy for the jobs active at ``now`` and make its placement the target;
+        the exit status once every job has ended, else None. A ``regular`` decision (not one
+        for an arrival or an end) also saves the record."""
+        self._show_epoch()
         active = self._active(now)
-        pending = [j for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
         if not active:
-            if not pending:
+            if self.moves.idle and not any(j.status == "waiting" for j in self.record.jobs.values()):
                 failed = any(j.status == "failed" for j in self.record.jobs.values())
                 return EXIT_FAILED if failed else EXIT_DONE
-            self._prev_deadline = self._prev_stop = None
-            self._wait_until(min(j.arrival for j in pending))
-            self._observed = self.now()
             return None
-        next_arrival = min((j.arrival for j in pending), default=None)
-        length = epoch_length(now, next_arrival, self.spec.epoch_seconds)
-        if next_arrival is not None and length == next_arrival - now:  # cut short for it
-            self._arrival_due = next_arrival
-        alloc, decision_ms = self._decide(now, active, length)
-        ranks, moved = place(self.ranks, alloc, self.workers)
-        started = self._send_plan(ranks, moved, length)
-        if self.epoch > 0:
-            self._save(finished=False)  # the previous epoch's history, while the jobs train
-        self.ranks = ranks
-        self.record.add_epoch(now, {j: len(r) for j, r in ranks.items()}, decision_ms, bool(moved))
-        for name in ranks:
-            job = self.record.jobs[name]
-            if job.status == "waiting":
-                job.status = "running"
-        reports = self._collect(set(ranks), started, length)
-        self._absorb(reports.reports, reports.cut_wall)
-        self._observed = self.now()  # the epoch ended with its last report (early if cut)
-        self._progress(now, alloc)
-        self.epoch += 1
-        return None
-
-    def _now_for_decision(self) -> float | None:
-        """The experiment time of the next decision; None if a stop came while waiting.
-
-        An epoch cut short for an arrival ends a few ms before it (:func:`arrival_wait`): the
-        decision then waits for the new job, as the simulator's does (its epoch ends at the
-        arrival)."""
-        now = self.now()
-        due, self._arrival_due = self._arrival_due, None
-        if due is not None and arrival_wait(now, due, self.spec.epoch_seconds) > 0:
-            self._wait_until(due)
-            if self.stop_requested:
-                return None
-            now = max(self.now(), due)
-        return now
-
-    def _decide(self, now: float, active: list[JobRecord], length: float) -> tuple[dict[str, int], float]:
-        """The policy's allocation for the epoch of ``length`` seconds starting at ``now``,
-        checked, and the milliseconds it took to decide."""
-        snap = history.snapshot(active, self._specs, self.ranks, len(self.workers), now, length)
+        snap = history.snapshot(active, self._specs, self.moves.target, len(self.workers), now,
+                                self.spec.epoch_seconds, self.seen.cost(DEFAULT_MOVE_SECONDS))
         t = time.perf_counter()
         alloc = checked_allocation(self.policy.allocate(snap), snap, self.spec.policy)
-        return alloc, (time.perf_counter() - t) * 1000.0
+        decision_ms = (time.perf_counter() - t) * 1000.0
+        target, moved = place(self.moves.target, alloc, self.workers)
+        self.moves.retarget(target)
+        self._changed = True
+        cores = {j: len(r) for j, r in target.items()}
+        self.record.add_epoch(now, cores, decision_ms, bool(moved & set(self.moves.running)))
+        self.seen.decided(len(self.record.epoch_time) - 1, moved & set(self.moves.running))
+        self._shown = (now, cores)
+        self.epoch += 1
+        if regular:
+            self._save(finished=False)
+        return None
 
-    def _send_plan(self, ranks: dict[str, tuple[int, ...]], moved: set[str], length: float) -> float:
-        """Send every worker the plan (the jobs that ``moved`` re-split the world); returns
-        when the epoch started (``time.monotonic()``)."""
-        self.link.broadcast_plan(Plan(
-            epoch=self.epoch,
-            epoch_seconds=length,
-            ranks=ranks,
-            moved=frozenset(moved),
-            iterations={j: self.record.jobs[j].iterations for j in moved if j in ranks},
-            data={j: self.data[j] for j in moved if j in ranks},
-        ))
-        started = time.monotonic()
-        if moved:
-            self.link.join_split()
-        return started
-
-    def _collect(self, running: set[str], started: float, length: float) -> EpochReports:
-        """Every running job's report of this epoch (which began at ``started``, monotonic),
-        asking the jobs still running to end it early when :class:`EpochReports` says so."""
-        reports = self._reports = EpochReports(running, started, length, self.spec.epoch_seconds,
-                                               len(self.workers))
-        try:
-            while not reports.complete:
-                if not self.link.wait(deadline=reports.cut_at):  # the time to cut has come
-                    self.link.send_cut([min(self.ranks[j]) for j in reports.missing], self.epoch)
-                    reports.cut_sent()
-        finally:
-            self._reports = None
-        return reports
+    def _carry_out(self) -> None:
+        """Send the releases and assignments the latest placement needs now."""
+        self._changed = False
+        release, start = self.moves.steps()
+        for job in release:
+            self.link.release(min(self.moves.running[job]), job)
+        for job in start:
+            record = self.record.jobs[job]
+            if record.status == "waiting":
+                record.status = "running"
+            ranks = self.moves.running[job]
+            order = Assign(job, ranks, record.iterations, self.data[job])
+            for rank in ranks:
+                self.link.assign(rank, order)
 
     def _on_report(self, report: Report) -> None:
         """A job leader's report (the link's handler for ``Tag.REPORT``)."""
-        if self._reports is None:
-            raise RuntimeError(f"a report of job {report.job} came outside an epoch")
-        self._reports.add(report)
+        first = absorb(self.record, report, self._wall_to_now)
+        job = self.record.jobs[report.job]
+        self.seen.reported(report.job, first)
+        self._changed |= report.released or report.status != "running"
+        if report.released:
+            self.moves.ended(report.job, finished=False)
+            self.seen.released(report.job, job.time[-1] if job.time else None,
+                               report.job in self.moves.target)
+        elif report.status != "running":
+            self.moves.ended(report.job, finished=True)
+            self._event = not self.stop_requested
+            if report.status == "failed":
+                _say(f"job {report.job} failed: {report.reason}")
 
-    def _absorb(self, reports: dict[str, Report], cut_wall: float | None) -> None:
-        """Add an epoch's ``reports`` to the record (``cut_wall``: when the epoch was asked to
-        end early, if it was), and the pause between the previous epoch and this one."""
-        starts, deadlines, stops = [], [], []
-        for name, rep in reports.items():
-            self._absorb_job(name, rep)
-            starts.append(rep.first_start)
-            stop = rep.end_times[-1] if rep.end_times else rep.first_start
-            # a cut epoch ended when its jobs stopped (the next chunk boundary after the ask)
-            deadlines.append(rep.deadline if cut_wall is None
-                             else min(rep.deadline, max(cut_wall, stop)))
-            stops.append(stop)
-        if self._prev_deadline is not None and self._prev_stop is not None and starts:
-            self.record.pause_ms[-1] = max(0.0, (max(starts) - self._prev_deadline) * 1000.0)
-            self.record.gap_ms[-1] = max(0.0, (max(starts) - self._prev_stop) * 1000.0)
-        self._prev_deadline = max(deadlines) if deadlines else None
-        self._prev_stop = max(stops) if stops else None
+    def _shutdown(self) -> None:
+        """Release every job (each checkpoints), then tell every worker to exit."""
+        self.moves.retarget({})
+        self._changed = True
+        while not self.moves.idle:
+            if self._changed:
+                self._carry_out()
+            self.link.wait()
+        for rank in self.workers:
+            self.link.assign(rank, Assign(None, releases=self.link.releases.get(rank, 0)))
+        self.record.attrs["world_collectives"] = self.link.close()
+        self._show_epoch()
 
-    def _absorb_job(self, name: str, rep: Report) -> None:
-        """Add job ``name``'s report of an epoch to its record."""
-        job = self.record.jobs[name]
-        n = len(rep.losses)
-        if math.isnan(job.start):
-            job.start = self._wall_to_now(rep.first_start)
-        job.loss.extend(rep.losses)
-        job.time.extend(self._wall_to_now(t) for t in rep.end_times)
-        job.cores.extend([rep.cores] * n)
-        job.iter_seconds.extend(rep.iter_seconds)
-        if n:
-            secs = sorted(rep.iter_seconds)[n // 2]
-            job.throughput.append((rep.cores, secs))
-            if secs > self.spec.epoch_seconds and name not in self._warned_slow:
-                self._warned_slow.add(name)
-                _say(f"job {name}: one iteration takes {secs:.2f} s on "
-                     f"{count(rep.cores, 'core')}, longer than the "
-                     f"{self.spec.epoch_seconds:g} s epoch; every epoch waits for it. "
-                     "Raise epoch_seconds or give it more cores.")
-            job.attained_core_seconds += rep.cores * sum(rep.iter_seconds)
-        if rep.status != "running":
-            job.status, job.reason = rep.status, rep.reason
-            job.end = self._wall_to_now(rep.end_times[-1]) if rep.end_times else self.now()
-            self.ranks.pop(name, None)
-            if rep.status == "failed":
-                _say(f"job {name} failed: {rep.reason}")
+    def _show_epoch(self) -> None:
+        """Print the line of the epoch that just ended (:meth:`_progress`)."""
+        if self._shown is not None:
+            self._progress(*self._shown)
+            self._shown = None
 
     def _progress(self, now: float, alloc: dict[str, int]) -> None:
+        """One line for the epoch that began at ``now`` with ``alloc``, with the counts at its end."""
         jobs = self.record.jobs.values()
         running = sum(1 for j in jobs if j.status == "running")
         waiting = sum(1 for j in jobs if j.status == "waiting" and j.arrival <= now)
@@ -300,7 +251,7 @@ class Coordinator:
                and j.status != "failed"]
         cores = " ".join(f"{n}:{c}" for n, c in sorted(alloc.items()))
         mean = f"{sum(rel) / len(rel):.4g}" if rel else "-"
-        _say(f"epoch {self.epoch:4d} t={now:7.1f}s running {running} waiting {waiting} "
+        _say(f"epoch {self.epoch - 1:4d} t={now:7.1f}s running {running} waiting {waiting} "
              f"done {done}/{len(self.record.jobs)}" + (f" failed {failed}" if failed else "")
              + f" | cores this epoch {cores} | mean loss/initial {mean}")
 
@@ -315,7 +266,7 @@ class Coordinator:
 
     def _save(self, finished: bool) -> None:
         elapsed = self.now()
-        self.record.attrs["stopped"] = self._observed
+        self.record.attrs["stopped"] = elapsed
         # where a resume starts, in the same atomic write as the history it continues
         self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
         self.record.write(self.run_dir / "metrics.h5")

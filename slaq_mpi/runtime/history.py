@@ -11,7 +11,12 @@ from pathlib import Path
 from jobs import load_solver
 from slaq_mpi.config.experiment import ExperimentSpec, JobSpec
 from slaq_mpi.data.datasets import fingerprint
-from slaq_mpi.policies.snapshot import ClusterSnapshot, cluster_snapshot, job_snapshot
+from slaq_mpi.policies.snapshot import (
+    DEFAULT_MOVE_SECONDS,
+    ClusterSnapshot,
+    cluster_snapshot,
+    job_snapshot,
+)
 from slaq_mpi.storage import checkpoint
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 
@@ -87,13 +92,14 @@ def _roll_back(run_dir: Path, job: JobRecord) -> None:
 
 def snapshot(active: Iterable[JobRecord], jobs: Mapping[str, JobSpec],
              ranks: Mapping[str, Sequence[int]], capacity: int, now: float,
-             epoch_seconds: float) -> ClusterSnapshot:
+             epoch_seconds: float, move_seconds: float = DEFAULT_MOVE_SECONDS) -> ClusterSnapshot:
     """What the policy sees at a decision: the ``active`` jobs' records, their specs in
-    ``jobs`` (by name) and the ``ranks`` each job holds now, on ``capacity`` worker ranks."""
+    ``jobs`` (by name) and the ``ranks`` each job holds now, on ``capacity`` worker ranks;
+    ``move_seconds`` is what a move costs a moved job (the median pause measured)."""
     return cluster_snapshot(capacity, now, epoch_seconds, (
         job_snapshot(
             j.name, losses=j.loss, throughput=j.throughput, cores=len(ranks.get(j.name, ())),
             max_cores=j.max_cores, capacity=capacity, convergence=j.convergence,
             arrival=j.arrival, attained_core_seconds=j.attained_core_seconds,
             utility=jobs[j.name].utility, max_iterations=jobs[j.name].stop.max_iterations)
-        for j in active))
+        for j in active), move_seconds=move_seconds)

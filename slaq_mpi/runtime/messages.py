@@ -1,4 +1,5 @@
-"""The messages of a live run: rank 0's plan for each epoch and a job leader's report."""
+"""The messages of a live run: rank 0's assignment of a rank to a job, and a job leader's
+report. Both travel point to point (:mod:`slaq_mpi.runtime.comm`)."""
 
 from __future__ import annotations
 
@@ -6,52 +7,44 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One epoch's assignment of worker ranks to jobs.
+class Assign:
+    """Rank 0's order to one worker rank: join ``job`` on ``ranks`` (``job`` None: the run is
+    over, exit).
 
     Attributes:
-        epoch: epoch number (0-based, continues across resumes).
-        epoch_seconds: how long each job iterates before reporting
-            (:func:`slaq_mpi.runtime.timing.epoch_length`).
-        ranks: the world ranks of every job that runs this epoch.
-        moved: jobs whose rank set changed: their ranks re-split the world and restore the
-            job from its checkpoint; every other job carries on in memory.
-        iterations: iterations each moved job has done (names the checkpoint to restore).
-        data: HDF5 dataset path of every moved job.
-        stop: the run is over (or stopping for a later resume): workers exit.
+        job: the job to train, or None to exit.
+        ranks: the world ranks of the job's new group (every one of them gets this order).
+        iterations: iterations the job has done (names the checkpoint to restore; 0: start
+            from the solver's initial model).
+        data: HDF5 dataset path of the job.
+        releases: with ``job`` None, how many asks to release a job rank 0 has sent this rank
+            in the run: the rank takes those it has not taken (asks for jobs that had already
+            ended) before it exits, so none is left unmatched.
     """
 
-    epoch: int
-    epoch_seconds: float
-    ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    moved: frozenset[str] = frozenset()
-    iterations: dict[str, int] = field(default_factory=dict)
-    data: dict[str, str] = field(default_factory=dict)
-    stop: bool = False
-
-    def job_of(self, rank: int) -> str | None:
-        """The job ``rank`` works on this epoch, or None if it idles."""
-        for job, ranks in self.ranks.items():
-            if rank in ranks:
-                return job
-        return None
+    job: str | None
+    ranks: tuple[int, ...] = ()
+    iterations: int = 0
+    data: str = ""
+    releases: int = 0
 
 
 @dataclass
 class Report:
-    """What a job's leader tells rank 0 at the end of an epoch.
+    """What a job's leader tells rank 0, about once per ``epoch_seconds`` on the job's own
+    clock, at once when the job ends, and when it has stopped for a move.
 
-    ``end_times`` are wall-clock (``time.time()``) ends of each iteration; ``status`` is
-    ``running``, ``done`` or ``failed`` (then ``reason`` says why).
+    ``end_times`` are wall-clock (``time.time()``) ends of each iteration since the previous
+    report; ``status`` is ``running``, ``done`` or ``failed`` (then ``reason`` says why).
+    ``released``: the job stopped on rank 0's request (:data:`~slaq_mpi.runtime.comm.Tag.RELEASE`)
+    after these iterations and its checkpoint of them is written; its ranks are free.
     """
 
     job: str
-    epoch: int
     cores: int
-    losses: list[float]
-    iter_seconds: list[float]
-    end_times: list[float]
-    first_start: float
-    deadline: float
+    losses: list[float] = field(default_factory=list)
+    iter_seconds: list[float] = field(default_factory=list)
+    end_times: list[float] = field(default_factory=list)
     status: str = "running"
     reason: str = ""
+    released: bool = False

@@ -1,4 +1,13 @@
-"""Worker ranks (1..N-1): train whichever job the plan gives them, epoch after epoch."""
+"""Worker ranks (1..N-1): train the job rank 0 assigns, until it ends or rank 0 moves it.
+
+A job's ranks iterate without pause. Between chunks of iterations (each at most
+:data:`CHUNK_SECONDS` long, one iteration at least) they agree, in one tiny allreduce over the
+job's own control communicator, on whether a solver raised, the next chunk's size and whether
+to stop for a move; the leader (the job's lowest rank) sends rank 0 a report about once per
+``epoch_seconds`` and writes a checkpoint in the background after it. Asked to release the
+job, the ranks stop at the next chunk boundary, the leader writes the checkpoint before
+reporting, and every rank waits, sleeping, for its next assignment.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +27,11 @@ from slaq_mpi.config.experiment import ExperimentSpec, JobSpec
 from slaq_mpi.data.datasets import read_shard
 from slaq_mpi.errors import EXIT_ABORTED
 from slaq_mpi.runtime import comm
-from slaq_mpi.runtime.messages import Plan, Report
+from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.storage import checkpoint
 
 STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
+CHUNK_SECONDS = 0.1  # the longest run of iterations between two checks (an eighth of an epoch if less)
 
 
 class SolverError(RuntimeError):
@@ -45,7 +55,7 @@ class Worker:
         self.spec = spec
         self.run_dir = run_dir
         self.rank = comm.world_rank()
-        self.link = comm.WorkerLink(self._on_cut, sleep_waits)
+        self.link = comm.WorkerLink(sleep_waits)
         self.jobs: dict[str, JobSpec] = {j.name: j for j in spec.jobs}
         self.color = {j.name: i for i, j in enumerate(spec.jobs)}
         self.job: str | None = None
@@ -53,33 +63,31 @@ class Worker:
         self.solver: Solver | None = None
         self.iteration = 0
         self.last_loss = math.nan
+        self._saved = 0  # the newest iteration of the job with a checkpoint
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
         self._writer_job: str | None = None
-        self._stop_soon = False
-        self._epoch_now = -1  # the epoch of the latest plan
-        self._cut = False  # rank 0 asked to end that epoch early
         self._state_checked = False  # the job's get_state() was checked on this rank
+        self._chunk_seconds = min(CHUNK_SECONDS, spec.epoch_seconds / 8)
+        self._setup_error = ""  # the job's solver raised while being built or restored
+        self._pace = [self._chunk_seconds]  # the latest iterations' seconds
 
     def run(self) -> None:
-        """Follow plans until rank 0 says stop."""
+        """Train the jobs rank 0 assigns until it says the run is over."""
         for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)  # end this epoch early; rank 0 stops the run
+            signal.signal(sig, _ignore)  # rank 0 stops the run, releasing every job
         while True:
-            plan = self.link.recv_plan()
-            received = time.monotonic()
-            self._epoch_now, self._cut = plan.epoch, False
-            self.link.poll()  # an ask may come before the plan; asks for earlier epochs are dropped
-            if plan.stop:
+            order = self.link.wait_assign()
+            if order.job is None:
                 break
-            if plan.moved:
-                self._join_writer()  # a moved job's new ranks read the checkpoint after the split
-            self._apply(plan)
-            if self.solver is not None:
-                self._epoch(plan, received)
+            self._join_writer()
+            try:
+                self._start(order)
+                self._iterate()
+            finally:
+                self._drop()
         self._join_writer()
-        self._drop()
-        self.link.close()
+        self.link.close(order.releases)
 
     def fail(self, exc: BaseException) -> None:
         """An unrecoverable error on this rank: tell rank 0 (which re-raises it tagged with
@@ -95,14 +103,6 @@ class Worker:
         time.sleep(2.0)
         comm.abort(EXIT_ABORTED)
 
-    def _on_signal(self, _signum: int, _frame: object) -> None:
-        self._stop_soon = True
-
-    def _on_cut(self, epoch: int) -> None:
-        """Rank 0 asked to end ``epoch`` early (the link's handler for ``Tag.CUT``)."""
-        if epoch == self._epoch_now:
-            self._cut = True
-
     def _join_writer(self) -> None:
         if self._writer is not None:
             self._writer.join()
@@ -116,17 +116,21 @@ class Worker:
         except BaseException as exc:  # surfaced by _join_writer on the main thread
             self._writer_error = exc
 
-    def _write_checkpoint_in_background(self) -> None:
-        """Write this epoch's checkpoint while rank 0 decides and the job trains on.
-
-        Joined before the next write, before any re-split and before exit, so a moved
-        job's new ranks always find it complete.
-        """
+    def _checkpoint(self, background: bool) -> None:
+        """The leader: write the job's checkpoint of its iterations so far, in the background
+        while the job trains on, or now (a moved job's new ranks read it). Joined before the
+        next write, before the next assignment and before exit."""
         assert self.job is not None and self.solver is not None
         self._join_writer()
+        if self.iteration == self._saved:
+            return
         state = checkpoint.state_arrays(self.solver.get_state(), self.job)
-        self._writer_job = self.job
         args = (self.run_dir, self.job, self.iteration, self.last_loss, state)
+        self._saved = self.iteration
+        if not background:
+            checkpoint.write(*args)
+            return
+        self._writer_job = self.job
         self._writer = threading.Thread(target=self._write, args=args, daemon=False)
         self._writer.start()
 
@@ -135,75 +139,88 @@ class Worker:
             self.group.free()
         self.group, self.solver, self.job = None, None, None
 
-    def _apply(self, plan: Plan) -> None:
-        new_job = plan.job_of(self.rank)
-        if self.job is not None and (self.job in plan.moved or self.job != new_job):
-            self._drop()
-        if not plan.moved:
-            return
-        if new_job is None or new_job not in plan.moved:
-            self.link.split(None, key=self.rank)  # the split is collective: take part, join nothing
-            return
-        self.job = new_job  # an error from here on names the job being placed
-        # Read my rows before the collective split: ranks are ordered by world rank in the
-        # new group, so my position is known now, and the read overlaps the wait.
-        members = sorted(plan.ranks[new_job])
-        shard = read_shard(plan.data[new_job], members.index(self.rank), len(members))
-        group = self.link.split(self.color[new_job], key=self.rank)
-        if group is None:
-            return
-        job = self.jobs[new_job]
-        solver = load_solver(job.algorithm)(group, shard, job.hyperparameters, job.seed)
-        done = plan.iterations[new_job]
-        last_loss = math.nan
-        if done > 0:
-            state = None
-            if group.rank == 0:
-                path = checkpoint.job_dir(self.run_dir, new_job) / f"{done:08d}.h5"
-                ckpt = checkpoint.read(path)
-                state = (ckpt.state, ckpt.last_loss)
-            state = group.bcast(state)
-            solver.set_state(state[0])
-            last_loss = state[1]
-        self.job, self.group, self.solver = new_job, group, solver
+    def _start(self, order: Assign) -> None:
+        """Join the group of ``order.job`` and build its solver, restored from its checkpoint
+        if it has iterated. A solver that raises here fails its job (:meth:`_iterate` reports
+        it), not the run."""
+        assert order.job is not None
+        job_name = self.job = order.job  # an error from here on names the job
+        members = sorted(order.ranks)
+        # my rows first: the read overlaps the other ranks' arrival
+        shard = read_shard(order.data, members.index(self.rank), len(members))
+        group = self.group = comm.job_group(members, self.color[job_name], self.link.sleep_waits)
+        job = self.jobs[job_name]
+        self.iteration = self._saved = order.iterations
+        self.last_loss = math.nan
         self._state_checked = False
-        self.iteration, self.last_loss = done, last_loss
+        self._setup_error = ""
+        self._pace = [self._chunk_seconds]
+        state = None
+        if order.iterations > 0 and group.rank == 0:
+            path = checkpoint.job_dir(self.run_dir, job_name) / f"{order.iterations:08d}.h5"
+            ckpt = checkpoint.read(path)
+            state = (ckpt.state, ckpt.last_loss)
+        if order.iterations > 0:
+            state = group.bcast(state)
+        try:
+            solver = load_solver(job.algorithm)(group, shard, job.hyperparameters, job.seed)
+        except Exception as exc:
+            self._setup_error = self._solver_raised(exc, "__init__")
+            return
+        if state is not None:
+            try:
+                solver.set_state(state[0])
+            except Exception as exc:
+                self._setup_error = self._solver_raised(exc, "set_state()")
+                return
+            self.last_loss = state[1]
+        self.solver = solver
 
-    def _epoch(self, plan: Plan, received: float) -> None:
-        """Iterate until the epoch deadline, checking with the group only between chunks.
+    def _solver_raised(self, exc: Exception, where: str) -> str:
+        """Log a solver's exception on this rank; the job's failure reason."""
+        error = (f"solver raised {exc.__class__.__name__} in {where} at iteration "
+                 f"{self.iteration + (where == 'step()')}: {exc}")
+        print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
+              f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+        return error
 
-        Every rank runs the same number of iterations: the leader sizes each chunk from its
-        iteration times so that the epoch ends just before the deadline (an overrun keeps
-        every other job waiting for the next plan), and one small allreduce per chunk (at most
-        an eighth of an epoch long) shares that size, any solver error and whether to end the
-        epoch now: a stop signal, or rank 0 cutting the epoch short because another job
-        finished (:func:`slaq_mpi.runtime.timing.cut_time`). Stopping rules and NaN checks use
-        the global loss, which every rank sees, so ranks agree without talking.
-        """
+    def _iterate(self) -> None:
+        """Train the job until it ends or rank 0 releases it (see the module docstring)."""
         assert self.group is not None and self.job is not None
-        deadline = received + plan.epoch_seconds
-        wall_deadline = time.time() + (deadline - time.monotonic())
-        report = Report(self.job, plan.epoch, self.group.size, [], [], [], time.time(), wall_deadline)
-        chunk = 1
+        leader = self.group.rank == 0
+        report = Report(self.job, self.group.size)
+        next_report = time.monotonic() + self.spec.epoch_seconds
+        error = self._setup_error
+        if error:
+            report.status, report.reason = "failed", error
+        chunk = 0  # the first check comes before any step: a solver may have failed to build
         while True:
-            error = self._run_chunk(report, chunk)
-            next_chunk = 0
-            if self.group.rank == 0 and report.status == "running":
-                next_chunk = _chunk_size(report.iter_seconds, deadline, plan.epoch_seconds)
-                self.link.poll()
-            flags = self._agree(error, next_chunk, self._stop_soon or self._cut, plan.epoch_seconds)
+            if chunk:
+                error = self._run_chunk(report, chunk)
+            next_chunk, release = 0, False
+            if leader and report.status == "running":
+                next_chunk = _chunk_size(self._pace, self._chunk_seconds)
+                release = self.job in self.link.released()
+            flags = self._agree(error, next_chunk, release)
             if flags[0] and report.status != "failed":
                 report.status = "failed"
-                report.reason = "solver raised on another rank of the group (see the log)"
-            if report.status != "running" or flags[1] < 1 or flags[2]:
+                report.reason = (f"solver raised on another rank of the group at iteration "
+                                 f"{self.iteration + 1} (see the log)")
+            if report.status != "running" or flags[2]:
                 break
+            if leader and time.monotonic() >= next_report:
+                self.link.send_report(report)
+                self._checkpoint(background=True)
+                report = Report(self.job, self.group.size)
+                next_report = time.monotonic() + self.spec.epoch_seconds
             chunk = int(flags[1])
-        if self.group.rank == 0:
+        if leader:
+            if report.status == "running":  # released: the new ranks read this checkpoint
+                self._checkpoint(background=False)
+                report.released = True
+            elif report.status == "done":
+                self._checkpoint(background=True)
             self.link.send_report(report)
-            if report.status != "failed":
-                self._write_checkpoint_in_background()
-        if report.status != "running":
-            self._drop()
 
     def _run_chunk(self, report: Report, chunk: int) -> str:
         """Run up to ``chunk`` iterations, adding them to ``report``; they end early when the
@@ -215,20 +232,24 @@ class Worker:
             t0 = time.monotonic()
             try:
                 loss = _loss_value(self.solver.step())
-                t1 = time.monotonic()
-                if not self._state_checked:  # a state no checkpoint can hold: the job fails
-                    checkpoint.state_arrays(self.solver.get_state(), self.job)  # now, not the run later
-                    self._state_checked = True
             except Exception as exc:
-                error = f"solver raised {exc.__class__.__name__}: {exc}"
-                print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
-                      f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+                error = self._solver_raised(exc, "step()")
                 report.status, report.reason = "failed", error
                 return error
+            t1 = time.monotonic()
             self.iteration += 1
             report.losses.append(loss)
             report.iter_seconds.append(t1 - t0)
+            self._pace[:] = [*self._pace[-1:], t1 - t0]
             report.end_times.append(time.time())
+            if not self._state_checked:  # a state no checkpoint can hold: the job fails now
+                try:
+                    checkpoint.state_arrays(self.solver.get_state(), self.job)
+                except Exception as exc:
+                    error = self._solver_raised(exc, f"get_state() after iteration {self.iteration},")
+                    report.status, report.reason = "failed", error
+                    return error
+                self._state_checked = True
             if not math.isfinite(loss):
                 report.status = "failed"
                 report.reason = f"loss became {loss} at iteration {self.iteration}"
@@ -239,18 +260,18 @@ class Worker:
                 break
         return ""
 
-    def _agree(self, error: str, next_chunk: int, end_now: bool, epoch_seconds: float) -> np.ndarray:
+    def _agree(self, error: str, next_chunk: int, release: bool) -> np.ndarray:
         """The group's element-wise max of (a solver raised, the leader's next chunk size,
-        end the epoch now).
+        stop for a move).
 
         Raises:
             SolverError: this rank's solver raised and the other ranks did not come: they are
                 inside the solver's own collective, waiting for this one.
         """
         assert self.group is not None
-        patience = max(STUCK_SECONDS, 2 * epoch_seconds)
+        patience = max(STUCK_SECONDS, 2 * self.spec.epoch_seconds)
         flags = self.group.control_max(
-            np.array([float(bool(error)), float(next_chunk), float(end_now)]),
+            np.array([float(bool(error)), float(next_chunk), float(release)]),
             deadline=time.monotonic() + patience if error else None)
         if flags is None:
             raise SolverError(
@@ -261,17 +282,14 @@ class Worker:
         return flags
 
 
-def _chunk_size(iter_seconds: list[float], deadline: float, epoch_seconds: float) -> int:
-    """The leader's next chunk: how many iterations fit in half the time left before
-    ``deadline`` (``time.monotonic()``), at most an eighth of an epoch (the delay of a cut).
-    Chunks shrink near the deadline, so a slowdown cannot overrun it by more than a few
-    iterations; 0 ends the epoch."""
-    est = max(iter_seconds[-2:])
-    left = deadline - time.monotonic() - 0.25 * est
-    chunk = int(min(0.5 * left, epoch_seconds / 8) / max(est, 1e-9))
-    if chunk == 0 and left >= est:
-        chunk = 1
-    return chunk
+def _ignore(_signum: int, _frame: object) -> None:
+    """A worker's handler of the stop signals: rank 0 stops the run."""
+
+
+def _chunk_size(pace: list[float], chunk_seconds: float) -> int:
+    """The leader's next chunk: how many iterations fit in ``chunk_seconds`` at ``pace``, the
+    seconds of the latest iterations (at least one)."""
+    return max(1, int(chunk_seconds / max(max(pace), 1e-9)))
 
 
 def _loss_value(value: object) -> float:

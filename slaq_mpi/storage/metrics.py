@@ -165,7 +165,8 @@ def _read_root(a: h5py.AttributeManager, p: Path) -> dict[str, Any]:
             "config": _text(get["config"]), "seed": int(get["seed"]), "capacity": int(get["capacity"]),
             "epoch_seconds": float(get["epoch_seconds"]), "stopped": float(get["stopped"]),
             "workdir": kept("workdir", _text), "data_files": kept("data_files", _text),
-            "epoch": kept("epoch", int), "elapsed": kept("elapsed", float)}
+            "epoch": kept("epoch", int), "elapsed": kept("elapsed", float),
+            "world_collectives": kept("world_collectives", int)}
 
 
 def _read_job(name: str, g: h5py.Group) -> JobTrace:

@@ -1,0 +1,76 @@
+"""How the runtime moves jobs between rank sets (runtime/transitions.py): only the jobs whose
+ranks change stop, a job starts only on free ranks, and no order of placements deadlocks."""
+
+from __future__ import annotations
+
+import random
+
+from slaq_mpi.runtime.transitions import Transitions
+
+
+def _settle(t: Transitions) -> list[tuple[str, str]]:
+    """Carry the placement out as the coordinator does, every release asked answered at once;
+    returns the actions in order."""
+    actions: list[tuple[str, str]] = []
+    for _ in range(100):
+        release, start = t.steps()
+        actions += [("release", j) for j in release] + [("start", j) for j in start]
+        if not release and not start and not t.releasing:
+            return actions
+        for job in sorted(t.releasing):
+            t.ended(job, finished=False)
+    raise AssertionError(f"no progress: {t.running} -> {t.target}, releasing {t.releasing}")
+
+
+def test_unmoved_jobs_are_left_alone_and_a_grown_job_waits_for_free_ranks() -> None:
+    t = Transitions()
+    t.retarget({"a": (1, 2), "b": (3, 4), "c": (5, 6)})
+    assert _settle(t) == [("start", "a"), ("start", "b"), ("start", "c")]
+    t.retarget({"a": (1, 2), "b": (3,), "c": (4, 5, 6)})  # b shrinks, c grows into b's rank
+    release, start = t.steps()
+    assert (release, start) == (["b"], [])  # c trains on until rank 4 is free; a never stops
+    t.ended("b", finished=False)
+    release, start = t.steps()
+    assert (release, start) == (["c"], ["b"])
+    t.ended("c", finished=False)
+    assert t.steps() == ([], ["c"])
+    assert t.running == {"a": (1, 2), "b": (3,), "c": (4, 5, 6)}
+
+
+def test_jobs_waiting_on_each_others_ranks_are_released_together() -> None:
+    t = Transitions()
+    t.retarget({"a": (1, 2), "b": (3, 4)})
+    _settle(t)
+    t.retarget({"a": (1, 3), "b": (2, 4)})
+    assert t.steps() == (["a", "b"], [])
+
+
+def test_a_finished_job_leaves_the_placement_and_is_never_restarted() -> None:
+    t = Transitions()
+    t.retarget({"a": (1, 2), "b": (3,)})
+    _settle(t)
+    assert t.ended("a", finished=True) == (1, 2)
+    assert t.steps() == ([], [])
+    assert "a" not in t.target and "a" not in t.running
+
+
+def test_random_placements_never_share_a_rank_and_always_settle() -> None:
+    rng = random.Random(31)
+    t = Transitions()
+    for _ in range(300):
+        ranks = list(range(1, 13))
+        rng.shuffle(ranks)
+        target, at = {}, 0
+        for job in rng.sample("abcdefg", rng.randint(0, 7)):
+            n = rng.randint(1, 3)
+            if at + n <= len(ranks):
+                target[job] = tuple(sorted(ranks[at:at + n]))
+                at += n
+        t.retarget(target)
+        release, start = t.steps()
+        busy = [r for rs in t.running.values() for r in rs]
+        assert len(busy) == len(set(busy)), t.running
+        for job in rng.sample(sorted(t.releasing), len(t.releasing) // 2):  # some answer late
+            t.ended(job, finished=False)
+    _settle(t)
+    assert t.running == t.target
