@@ -42,7 +42,7 @@ class JobRun:
 
     __slots__ = ("job", "col", "rng", "n", "p", "t0", "clock", "running", "tpi", "cores",
                  "switch", "resume", "tpi_next", "factor", "attained", "losses", "throughput",
-                 "t_chunks", "c_chunks", "s_chunks", "start", "end")
+                 "t_chunks", "c_chunks", "s_chunks", "start", "end", "_seen")
 
     def __init__(self, job: SimJob, col: int, seed: int):
         self.job = job
@@ -63,12 +63,21 @@ class JobRun:
         self.s_chunks: list[float] = []
         self.start = math.nan
         self.end = math.nan
+        self._seen: tuple[tuple[float, ...], tuple[tuple[int, float], ...]] | None = None
+
+    def history(self) -> tuple[tuple[float, ...], tuple[tuple[int, float], ...]]:
+        """The losses and throughput observations so far, as tuples kept until the job's next
+        iteration (a snapshot then reuses them instead of copying every loss again)."""
+        if self._seen is None or len(self._seen[0]) != len(self.losses):
+            self._seen = (tuple(self.losses), tuple(self.throughput))
+        return self._seen
 
     def snapshot(self, capacity: int) -> JobSnapshot:
         """What a policy may know about this job now, on ``capacity`` cores."""
         job = self.job
+        losses, throughput = self.history()
         return job_snapshot(
-            job.name, losses=self.losses, throughput=self.throughput, cores=self.cores,
+            job.name, losses=losses, throughput=throughput, cores=self.cores,
             max_cores=job.max_cores, capacity=capacity, convergence=job.convergence,
             arrival=job.arrival, attained_core_seconds=self.attained, utility=job.utility,
             max_iterations=job.max_iterations)
