@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "slaq_mpi.cli.report",
     "slaq_mpi.cli.submit",
     "slaq_mpi.cli.check_solver",
+    "slaq_mpi.cli.status",
 )
 
 
