@@ -73,7 +73,7 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "status", help="what a run is doing: its jobs, cores, losses and predicted times (no MPI)",
         description="Show a run's jobs (status, cores, iterations, loss relative to the first, "
-                    "time running, predicted time to a 90%% loss reduction, weight), its "
+                    "time running, predicted time to a 90% loss reduction, weight), its "
                     "utilization and its last decision, from the run directory alone.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run's output_dir")
     p.add_argument("--json", action="store_true", help="print one JSON object (docs/status.md)")

@@ -138,23 +138,26 @@ def _number(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+_ENCODE = json.JSONEncoder(allow_nan=False).encode  # strict JSON: NaN is written as null first
+
+
 def _job_json(job: JobStatus) -> str:
-    return json.dumps({
+    return _ENCODE({
         "name": job.name, "algorithm": job.algorithm, "status": job.status, "weight": job.weight,
         "cores": job.cores, "iterations": job.iterations, "first_loss": _number(job.first_loss),
         "last_loss": _number(job.last_loss), "arrival": _number(job.arrival),
         "start": _number(job.start), "end": _number(job.end), "reason": job.reason,
-        "max_iterations": job.max_iterations}, allow_nan=False)
+        "max_iterations": job.max_iterations})
 
 
 def status_text(status: RunStatus) -> str:
     """``status`` as the text of ``status.json``: one JSON object, one job per line."""
-    head = json.dumps({
+    head = _ENCODE({
         "format": FORMAT, "name": status.name, "policy": status.policy, "workers": status.workers,
         "epoch_seconds": status.epoch_seconds, "open": status.open, "draining": status.draining,
         "state": status.state, "updated": status.updated, "now": _number(status.now),
         "last_decision": _number(status.last_decision),
-        "utilization": _number(status.utilization)}, allow_nan=False)
+        "utilization": _number(status.utilization)})
     rows = ",\n".join(_job_json(job) for job in status.jobs)
     return f'{head[:-1]}, "jobs": [\n{rows}\n]}}\n' if rows else f'{head[:-1]}, "jobs": []}}\n'
 
@@ -297,7 +300,12 @@ def read_job_histories(run_dir: str | Path, names: Iterable[str]) -> dict[str, J
             jobs = f.get("jobs")
             if not isinstance(jobs, h5py.Group):
                 raise DataError(f"{path}: not a slaq metrics file (it has no /jobs group)")
-            return {name: _history(name, jobs[name]) for name in wanted if name in jobs}
+            found = {}
+            for name in wanted:
+                group = jobs.get(name)
+                if group is not None:
+                    found[name] = _history(name, group)
+            return found
     except DataError:
         raise
     except (OSError, *DAMAGED_FILE_ERRORS) as exc:
@@ -306,7 +314,7 @@ def read_job_histories(run_dir: str | Path, names: Iterable[str]) -> dict[str, J
 
 def _history(name: str, g: Any) -> JobHistory:
     loss = np.asarray(g["loss"][()], dtype=np.float64).reshape(-1)
-    thr = (np.asarray(g["throughput"][()], dtype=np.float64).reshape(-1, 2) if "throughput" in g
-           else np.zeros((0, 2)))
+    got = g.get("throughput")
+    thr = np.zeros((0, 2)) if got is None else np.asarray(got[()], dtype=np.float64).reshape(-1, 2)
     conv = g.attrs.get("convergence", "unknown")
     return JobHistory(name, loss, thr, conv.decode() if isinstance(conv, bytes) else str(conv))
