@@ -770,7 +770,7 @@ def test_key_and_syntax_errors_read_as_one_exact_line(tmp_path: Path) -> None:
     (tmp_path / "u.yaml").write_text(yaml.safe_dump(_with(["epochs"], 3)))
     proc = run_slaq(["validate", "u.yaml"], cwd=tmp_path)
     assert proc.returncode == 2 and _one_error_line(proc.stderr) == (
-        "slaq: error: epochs: unknown key; allowed keys: epoch_seconds, jobs, name, output_dir, "
+        "slaq: error: epochs: unknown key; allowed keys: epoch_seconds, jobs, name, open, output_dir, "
         "policy, ranks, seed, simulation, slurm"), proc.stderr
     (tmp_path / "s.yaml").write_text("name: t\njobs: [\n")
     proc = run_slaq(["validate", "s.yaml"], cwd=tmp_path)

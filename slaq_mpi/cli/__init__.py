@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "slaq_mpi.cli.submit",
     "slaq_mpi.cli.check_solver",
     "slaq_mpi.cli.status",
+    "slaq_mpi.cli.control",
 )
 
 

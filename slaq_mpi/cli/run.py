@@ -75,6 +75,9 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("config", nargs="?", help="experiment YAML (see docs/config.md)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run from its checkpoints")
     p.add_argument("--mpiexec", default=None, help="MPI launcher to use when not already under MPI")
+    p.add_argument("--open", action="store_true",
+                   help="keep the run alive when its jobs are done, waiting for `slaq add` "
+                        "until `slaq drain`, a stop or the time limit (the config's `open: true`)")
     p.set_defaults(func=cmd_run)
     p = subparsers.add_parser("validate", help="check an experiment YAML without running it")
     p.add_argument("config", help="experiment YAML to check (see docs/config.md)")

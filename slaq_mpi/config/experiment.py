@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from slaq_mpi.config.job import REQUIRED, JobSpec, StopRule, check_name, parse_job
-from slaq_mpi.config.schema import LEFT_OUT, Key, Schema, integers, numbers, section
+from slaq_mpi.config.schema import LEFT_OUT, Key, Schema, flag, integers, numbers, section
 from slaq_mpi.config.simulation import SimSettings, simulation_settings
 from slaq_mpi.config.slurm import SlurmSettings, settings_from_mapping
 from slaq_mpi.config.values import MAX_RANKS
@@ -56,6 +56,7 @@ class ExperimentSpec:
     slurm: SlurmSettings | None = None
     source: str = ""
     path: Path | None = None  # the YAML file it was read from
+    open: bool = False  # the run waits for added jobs once its own are done (until drained)
 
 
 def load(path: str | Path, check_files: bool = True) -> ExperimentSpec:
@@ -159,7 +160,7 @@ def parse(raw: Any, check_files: bool = True) -> ExperimentSpec:
                                      algorithms=_algorithm_names(jobs))
     return ExperimentSpec(name=name, output_dir=output_dir, epoch_seconds=top["epoch_seconds"],
                           policy=policy, policy_params=policy_params, ranks=ranks, seed=seed,
-                          jobs=jobs, simulation=simulation, slurm=slurm)
+                          jobs=jobs, simulation=simulation, slurm=slurm, open=top["open"])
 
 
 # --- pieces ------------------------------------------------------------------------------
@@ -228,6 +229,7 @@ _TOP = Schema({  # checked in this order; the jobs, output_dir and sections then
     "slurm": Key(section, nullable=True, default={}),
     "simulation": Key(section, nullable=True, default={}),
     "epoch_seconds": Key(numbers(0.05), default=2.0),
+    "open": Key(flag, default=False),
 })
 
 

@@ -54,7 +54,7 @@ _world_calls = [0]  # world collectives this process entered (see world_collecti
 _PATIENT = Backoff(first=0.0002, longest=0.002)  # waits for another rank's message or arrival
 # a job's collective on an oversubscribed node: a collective whose peers are ready is quick
 _COLLECTIVE = Backoff(first=0.0001, longest=0.0001, spins=20)
-_IDLE = Backoff(first=0.0002, longest=0.002)  # a free rank waiting for its next assignment
+_IDLE = Backoff(first=0.0002, longest=0.02)  # a free rank waiting for its next assignment
 
 
 def world_rank() -> int:
@@ -282,10 +282,11 @@ class CoordinatorLink:
         self._sends.add(_WORLD.isend(job, dest=leader, tag=Tag.RELEASE))
         self.releases[leader] = self.releases.get(leader, 0) + 1
 
-    def wait(self, deadline: float | None = None) -> bool:
+    def wait(self, deadline: float | None = None, idle: bool = False) -> bool:
         """Handle the next message that arrives (sleeping until one does); False if
-        ``deadline`` (``time.monotonic()``) passes first."""
-        return _PATIENT.wait(self._poll, deadline)
+        ``deadline`` (``time.monotonic()``) passes first. ``idle``: no job trains, so no
+        message is expected soon (sleep longer between tests)."""
+        return (_IDLE if idle else _PATIENT).wait(self._poll, deadline)
 
     def _poll(self) -> bool:
         """Hand one waiting message (an error before any report) to its handler; whether

@@ -12,6 +12,7 @@ decision, so a stopped or crashed run can be resumed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import signal
@@ -36,6 +37,7 @@ from slaq_mpi.policies import get_policy
 from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, checked_allocation
 from slaq_mpi.runtime import comm, history
 from slaq_mpi.runtime import signals as _early_signals
+from slaq_mpi.runtime.admission import Admission
 from slaq_mpi.runtime.history import STATE_FILE, new_record, resume_record
 from slaq_mpi.runtime.job_reports import absorb
 from slaq_mpi.runtime.messages import Assign, Report
@@ -47,6 +49,7 @@ from slaq_mpi.storage import checkpoint
 from slaq_mpi.storage.durable import replacing
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 from slaq_mpi.storage.rundir import STOP_FILE, remove_stop
+from slaq_mpi.storage.status_file import RunStatus, job_status, run_utilization, write_status
 
 __all__ = ["STATE_FILE", "Coordinator", "new_record", "resume_record", "run_coordinator"]
 
@@ -67,7 +70,7 @@ class Coordinator:
     """The scheduling loop of rank 0."""
 
     def __init__(self, spec: ExperimentSpec, run_dir: Path, record: RunRecord,
-                 epoch: int = 0, elapsed: float = 0.0) -> None:
+                 epoch: int = 0, elapsed: float = 0.0, draining: bool = False) -> None:
         self.spec = spec
         self.run_dir = run_dir
         self.record = record
@@ -79,6 +82,7 @@ class Coordinator:
         self._specs = {j.name: j for j in spec.jobs}
         self.data: dict[str, str] = {}
         self.moves = Transitions()
+        self.admission = Admission(spec, record, run_dir, len(self.workers), _say, draining)
         self.seen = MovesSeen(record)
         self.stop_requested = False
         self._event = False  # a job ended: decide at once
@@ -87,6 +91,7 @@ class Coordinator:
         self._elapsed = elapsed
         self._t0 = time.monotonic() - elapsed
         self._pruned: dict[str, int] = {}  # job -> the iterations its checkpoints were pruned to
+        self._last_decision = math.nan
 
     # --- time and signals -------------------------------------------------------------
 
@@ -127,15 +132,20 @@ class Coordinator:
                 status = EXIT_STOPPED
                 break
             now = self.now()
+            if self.admission.poll(now):
+                self._take_admitted()
+                due = min(due, now)
             if now >= due or self._event:
                 self._event = False
                 status = self._decide(now, regular=now >= due)
                 due = self._next_decision(now)
             if self._changed:
                 self._carry_out()
-            self.link.wait(deadline=self._t0 + min(due, self.now() + _STOP_CHECK))
+            self.link.wait(deadline=self._t0 + min(due, self.now() + _STOP_CHECK),
+                           idle=self.moves.idle)
         self._shutdown()
         self._save(finished=status != EXIT_STOPPED)
+        self._write_status({EXIT_STOPPED: "stopped", EXIT_FAILED: "failed"}.get(status, "finished"))
         if status == EXIT_STOPPED:
             remove_stop(self.run_dir)
             again = shlex.quote(str(self.run_dir))
@@ -170,8 +180,12 @@ class Coordinator:
         active = self._active(now)
         if not active:
             if self.moves.idle and not any(j.status == "waiting" for j in self.record.jobs.values()):
-                failed = any(j.status == "failed" for j in self.record.jobs.values())
-                return EXIT_FAILED if failed else EXIT_DONE
+                if not self.spec.open or self.admission.draining:
+                    failed = any(j.status == "failed" for j in self.record.jobs.values())
+                    return EXIT_FAILED if failed else EXIT_DONE
+            if regular:
+                self._save(finished=False)
+            self._write_status("running")  # an open run waits for added jobs; or the next arrival
             return None
         snap = history.snapshot(active, self._specs, self.moves.target, len(self.workers), now,
                                 self.spec.epoch_seconds, self.seen.cost(DEFAULT_MOVE_SECONDS))
@@ -186,9 +200,34 @@ class Coordinator:
         self.seen.decided(len(self.record.epoch_time) - 1, moved & set(self.moves.running))
         self._shown = (now, cores)
         self.epoch += 1
+        self._last_decision = now
         if regular:
             self._save(finished=False)
+        self._write_status("running")
         return None
+
+    def _write_status(self, state: str) -> None:
+        """Rewrite RUN_DIR/status.json (``slaq status``): the run's ``state`` and every job now."""
+        now = self.now()
+        jobs = self.record.jobs.values()
+        if state == "running" and self.spec.open and not self._active(now) and self.moves.idle:
+            state = "waiting for jobs"
+        write_status(self.run_dir, RunStatus(
+            name=self.spec.name, policy=self.spec.policy, workers=len(self.workers),
+            epoch_seconds=self.spec.epoch_seconds, open=self.spec.open,
+            draining=self.admission.draining, state=state, updated=time.time(), now=now,
+            last_decision=self._last_decision,
+            utilization=run_utilization(jobs, len(self.workers), now),
+            jobs=[job_status(j, len(self.moves.running.get(j.name, ())),
+                             max_iterations=self._specs[j.name].stop.max_iterations
+                             if j.name in self._specs else None) for j in jobs]))
+
+    def _take_admitted(self) -> None:
+        """Take the jobs added and the state changed by ``slaq add / cancel / drain``."""
+        self.spec = self.admission.spec
+        self._specs = {j.name: j for j in self.spec.jobs}
+        self.data.update(self.admission.data)
+        self._event = not self.stop_requested
 
     def _carry_out(self) -> None:
         """Send the releases and assignments the latest placement needs now."""
@@ -201,7 +240,8 @@ class Coordinator:
             if record.status == "waiting":
                 record.status = "running"
             ranks = self.moves.running[job]
-            order = Assign(job, ranks, record.iterations, self.data[job])
+            order = Assign(job, ranks, record.iterations, self.data[job], self._specs[job],
+                           tag=list(self.record.jobs).index(job))
             for rank in ranks:
                 self.link.assign(rank, order)
 
@@ -271,7 +311,8 @@ class Coordinator:
         self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
         self.record.write(self.run_dir / "metrics.h5")
         with replacing(self.run_dir / STATE_FILE, self.run_dir / f".{STATE_FILE}.tmp") as tmp:
-            tmp.write_text(json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished}))
+            tmp.write_text(json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished,
+                                       "draining": self.admission.draining, "open": self.spec.open}))
         for job in self.record.jobs.values():  # what is saved now needs no older checkpoint
             if self._pruned.get(job.name, 0) != job.iterations:
                 checkpoint.prune(self.run_dir, job.name, job.iterations)
@@ -295,8 +336,10 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
     try:
         if resume:
             record, epoch, elapsed = resume_record(run_dir)
-            _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s")
-            coord = Coordinator(spec, run_dir, record, epoch, elapsed)
+            draining = bool(json.loads((run_dir / STATE_FILE).read_text()).get("draining", False))
+            _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s"
+                 + (" (draining: no more jobs are accepted)" if draining else ""))
+            coord = Coordinator(spec, run_dir, record, epoch, elapsed, draining)
         else:
             coord = Coordinator(spec, run_dir, new_record(spec, comm.world_size() - 1))
         return coord.run()

@@ -63,7 +63,7 @@ def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
     else:  # a record saved without them: state.json holds them
         state = json.loads((run_dir / STATE_FILE).read_text())
     for job in record.jobs.values():
-        if job.status in ("done", "failed"):
+        if job.status in ("done", "failed", "cancelled"):
             continue
         job.status = "waiting"
         if job.iterations > 0:

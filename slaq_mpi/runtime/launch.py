@@ -4,6 +4,7 @@ with mpiexec. Importing this module imports no MPI: the launcher process never n
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -12,9 +13,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from slaq_mpi.config import experiment as config
+from slaq_mpi.config.added import with_added
 from slaq_mpi.config.experiment import ExperimentSpec
 from slaq_mpi.config.memory import format_bytes, memory_here
 from slaq_mpi.errors import (
@@ -91,7 +94,9 @@ def read_spec(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
         check_unchanged(run_dir, saved)
         args.resume = str(run_dir)  # the ranks get it absolute: the next line may change directory
         _enter_start_dir(run_dir)
-        spec = config.load(saved)
+        spec = with_added(config.load(saved), run_dir)
+        if getattr(args, "open", False) or json.loads((run_dir / "state.json").read_text()).get("open"):
+            spec = replace(spec, open=True)
         config.require_live(spec)
         if finished_status(run_dir) is None:  # a finished run only says so
             config.check_memory(spec)
@@ -99,6 +104,8 @@ def read_spec(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
     if not args.config:
         raise ConfigError("config", NO_VALUE, "give an experiment YAML, or --resume RUN_DIR")
     spec = config.load(args.config)
+    if getattr(args, "open", False):
+        spec = replace(spec, open=True)
     config.require_live(spec)
     config.check_memory(spec)
     return spec, spec.output_dir, False
@@ -187,6 +194,7 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
         cmd += ["--map-by", ":OVERSUBSCRIBE"]
     cmd += [sys.executable, "-m", "slaq_mpi", "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
+    cmd += ["--open"] if getattr(args, "open", False) else []
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {shlex.join(cmd)}", flush=True)
     relay = _SignalRelay(open_mpi)
     # The launcher runs in its own session, so a Ctrl-C reaches it once, through us (a

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slaq_mpi.config.job import JobSpec
+
 
 @dataclass(frozen=True)
 class Assign:
@@ -17,6 +19,8 @@ class Assign:
         iterations: iterations the job has done (names the checkpoint to restore; 0: start
             from the solver's initial model).
         data: HDF5 dataset path of the job.
+        spec: the job as configured (a job added to the running run is known to rank 0 only).
+        tag: a number of the job's own, telling apart the communicators being built.
         releases: with ``job`` None, how many asks to release a job rank 0 has sent this rank
             in the run: the rank takes those it has not taken (asks for jobs that had already
             ended) before it exits, so none is left unmatched.
@@ -26,6 +30,8 @@ class Assign:
     ranks: tuple[int, ...] = ()
     iterations: int = 0
     data: str = ""
+    spec: JobSpec | None = None
+    tag: int = 0
     releases: int = 0
 
 

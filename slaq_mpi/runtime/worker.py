@@ -56,9 +56,8 @@ class Worker:
         self.run_dir = run_dir
         self.rank = comm.world_rank()
         self.link = comm.WorkerLink(sleep_waits)
-        self.jobs: dict[str, JobSpec] = {j.name: j for j in spec.jobs}
-        self.color = {j.name: i for i, j in enumerate(spec.jobs)}
         self.job: str | None = None
+        self.job_spec: JobSpec | None = None
         self.group: comm.MPIGroup | None = None
         self.solver: Solver | None = None
         self.iteration = 0
@@ -143,13 +142,13 @@ class Worker:
         """Join the group of ``order.job`` and build its solver, restored from its checkpoint
         if it has iterated. A solver that raises here fails its job (:meth:`_iterate` reports
         it), not the run."""
-        assert order.job is not None
+        assert order.job is not None and order.spec is not None
         job_name = self.job = order.job  # an error from here on names the job
+        job = self.job_spec = order.spec
         members = sorted(order.ranks)
         # my rows first: the read overlaps the other ranks' arrival
         shard = read_shard(order.data, members.index(self.rank), len(members))
-        group = self.group = comm.job_group(members, self.color[job_name], self.link.sleep_waits)
-        job = self.jobs[job_name]
+        group = self.group = comm.job_group(members, order.tag, self.link.sleep_waits)
         self.iteration = self._saved = order.iterations
         self.last_loss = math.nan
         self._state_checked = False
@@ -165,21 +164,22 @@ class Worker:
         try:
             solver = load_solver(job.algorithm)(group, shard, job.hyperparameters, job.seed)
         except Exception as exc:
-            self._setup_error = self._solver_raised(exc, "__init__")
+            self._setup_error = self._solver_raised(exc, " in __init__")
             return
         if state is not None:
             try:
                 solver.set_state(state[0])
             except Exception as exc:
-                self._setup_error = self._solver_raised(exc, "set_state()")
+                where = f" in set_state() restoring iteration {order.iterations}"
+                self._setup_error = self._solver_raised(exc, where)
                 return
             self.last_loss = state[1]
         self.solver = solver
 
     def _solver_raised(self, exc: Exception, where: str) -> str:
-        """Log a solver's exception on this rank; the job's failure reason."""
-        error = (f"solver raised {exc.__class__.__name__} in {where} at iteration "
-                 f"{self.iteration + (where == 'step()')}: {exc}")
+        """Log a solver's exception on this rank; the job's failure reason (``where``: the
+        method that raised, "" for ``step()``)."""
+        error = f"solver raised {exc.__class__.__name__}{where}: {exc}"
         print(f"[rank {self.rank} on {comm.hostname()}, job {self.job}] {error}\n"
               f"{traceback.format_exc()}", file=sys.stderr, flush=True)
         return error
@@ -226,14 +226,14 @@ class Worker:
         """Run up to ``chunk`` iterations, adding them to ``report``; they end early when the
         job is done or fails (``report.status`` says so). Returns the solver's error ("" if
         it raised none)."""
-        assert self.solver is not None and self.job is not None
-        stop = self.jobs[self.job].stop
+        assert self.solver is not None and self.job is not None and self.job_spec is not None
+        stop = self.job_spec.stop
         for _ in range(chunk):
             t0 = time.monotonic()
             try:
                 loss = _loss_value(self.solver.step())
             except Exception as exc:
-                error = self._solver_raised(exc, "step()")
+                error = self._solver_raised(exc, "")
                 report.status, report.reason = "failed", error
                 return error
             t1 = time.monotonic()
@@ -246,7 +246,7 @@ class Worker:
                 try:
                     checkpoint.state_arrays(self.solver.get_state(), self.job)
                 except Exception as exc:
-                    error = self._solver_raised(exc, f"get_state() after iteration {self.iteration},")
+                    error = self._solver_raised(exc, f" in get_state() after iteration {self.iteration}")
                     report.status, report.reason = "failed", error
                     return error
                 self._state_checked = True

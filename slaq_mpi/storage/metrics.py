@@ -340,7 +340,7 @@ class RunRecord:
             epoch_seconds=get["epoch_seconds"], mode=get["mode"], config=get["config"],
             jobs={name: job.trace() for name, job in self.jobs.items()}, job_names=names,
             epoch_time=np.asarray(self.epoch_time, dtype=np.float64),
-            alloc=np.asarray(self.epoch_alloc, dtype=np.int32).reshape(len(self.epoch_time), len(names)),
+            alloc=_alloc_table(self.epoch_alloc, len(self.epoch_time), len(names)),
             decision_ms=np.asarray(self.decision_ms, dtype=np.float64),
             pause_ms=np.asarray(self.pause_ms, dtype=np.float64),
             gap_ms=np.asarray(self.gap_ms, dtype=np.float64),
@@ -372,3 +372,12 @@ class RunRecord:
         rec.gap_ms = [math.nan] * len(rec.epoch_time) if run.gap_ms is None else run.gap_ms.tolist()
         rec.moved = [] if run.moved is None else [int(x) for x in run.moved]
         return rec
+
+
+def _alloc_table(rows: list[list[int]], epochs: int, jobs: int) -> np.ndarray:
+    """The allocation history as an (epochs, jobs) array; a row written before jobs were added
+    to the run is shorter: those jobs held 0 cores then."""
+    table = np.zeros((epochs, jobs), dtype=np.int32)
+    for i, row in enumerate(rows[:epochs]):
+        table[i, :len(row)] = row
+    return table
