@@ -192,7 +192,7 @@ def _relaunch(args: argparse.Namespace, spec: ExperimentSpec, exe: str, run_dir:
     cmd = [exe, "-n", str(spec.ranks)]
     if open_mpi:  # Open MPI refuses more ranks than cores unless told (MPICH never does)
         cmd += ["--map-by", ":OVERSUBSCRIBE"]
-    cmd += [sys.executable, "-m", "slaq_mpi", "run"]
+    cmd += [sys.executable, str(Path(__file__).resolve().parents[1] / "__main__.py"), "run"]
     cmd += ["--resume", args.resume] if args.resume else [args.config]
     cmd += ["--open"] if getattr(args, "open", False) else []
     print(f"slaq: not inside an MPI launch; starting {spec.ranks} ranks: {shlex.join(cmd)}", flush=True)
