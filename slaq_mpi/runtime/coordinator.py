@@ -179,6 +179,8 @@ class Coordinator:
         self._show_epoch()
         active = self._active(now)
         if not active:
+            self.moves.retarget({})  # jobs cancelled since the last decision stop
+            self._changed = True
             if self.moves.idle and not any(j.status == "waiting" for j in self.record.jobs.values()):
                 if not self.spec.open or self.admission.draining:
                     failed = any(j.status == "failed" for j in self.record.jobs.values())
