@@ -327,3 +327,32 @@ def test_a_job_waiting_for_drained_nodes_is_submitted(tmp_path: Path) -> None:
             job.cancel()
         for node in nodes:
             slurm.run_cmd(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+
+def test_a_job_added_before_a_requeue_runs_after_it(tmp_path: Path) -> None:
+    # slaq add into the running allocation, then a graceful stop that requeues it: the requeued
+    # run resumes with the added job (kept in RUN_DIR/added.yaml) and finishes it
+    job = _submit(tmp_path / "added", extra_jobs=(PACED_JOB,))
+    added = {**PACED_JOB, "name": "added-later", "stop": {"max_iterations": 600}}
+    try:
+        job.wait_for("the run's spool", lambda i: i.get("JobState") in FINAL_STATES
+                     or ((job.run_dir / "spool").is_dir() and _some_job_midway(job.run_dir)))
+        assert job.info().get("JobState") == "RUNNING", job.log_text()[-3000:]
+        jobs_file = tmp_path / "more.yaml"
+        jobs_file.write_text(yaml.safe_dump([added]))
+        res = run_slaq(["add", str(job.run_dir), str(jobs_file), "--wait"], cwd=tmp_path, timeout=300)
+        assert res.returncode == 0 and "job added-later: first assignment" in res.stdout, \
+            res.stdout + res.stderr + job.log_text()[-3000:]
+        proc = slurm.run_cmd(["scancel", "--signal=USR1", "--batch", job.job_id])
+        assert proc.returncode == 0, proc.stderr
+        info = job.wait_for("requeue and the end", lambda i: int(i.get("Restarts", "0")) >= 1
+                            and i.get("JobState") in FINAL_STATES)
+        log = job.log_text()
+        assert info["JobState"] == "COMPLETED", f"{info}\n{log[-4000:]}"
+        assert "requeueing" in log and f"resuming {job.run_dir}" in log, log[-4000:]
+        final = _read_metrics(job.run_dir)
+        assert final["added-later"]["status"] == "done", final["added-later"]["status"]
+        assert len(final["added-later"]["loss"]) == 600
+        assert {m["status"] for m in final.values()} == {"done"}
+    finally:
+        job.cancel()
