@@ -56,6 +56,7 @@ class JobSpec:
     max_cores: int | None
     seed: int
     utility: Mapping[str, Any] | None = None
+    weight: float = 1.0  # share of the cluster relative to other jobs (fair: shares, slaq: gains)
     #: why the model would not fit in this machine's memory, as ConfigError arguments
     #: (see :func:`~slaq_mpi.config.experiment.check_memory`)
     memory_problem: tuple[str, Any, str] | None = field(default=None, compare=False, repr=False)
@@ -96,6 +97,7 @@ def parse_job(raw: Any, i: int, seed: int, check_files: bool) -> JobSpec:
         max_cores=job["max_cores"],
         seed=job.get("seed", seed * 1000 + i),
         utility=job["utility"],
+        weight=job["weight"],
         memory_problem=memory_problem,
     )
 
@@ -189,6 +191,7 @@ _JOB = Schema({  # checked in this order; the solver, hyperparameters and datase
     "stop": Key(_stop, nullable=True, default=StopRule()),
     "max_cores": Key(integers(1), nullable=True),
     "utility": Key(_utility, nullable=True),
+    "weight": Key(numbers(0.0, open_lo=True, hi=1e6), default=1.0),
     "arrival": Key(numbers(0.0), default=0.0),
     "seed": Key(integers(0, SEED_MAX), default=LEFT_OUT),
 })

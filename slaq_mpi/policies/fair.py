@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from slaq_mpi.policies._share import admitted, equal_shares
+from slaq_mpi.policies._share import admitted, fair_shares
 from slaq_mpi.policies.snapshot import ClusterSnapshot
 
 
 class FairPolicy:
-    """Equal share of the cores for every active job, capped by its max cores.
+    """A share of the cores for every active job in proportion to its ``weight`` (equal
+    shares for equal weights), capped by its max cores.
 
     Cores a capped job cannot use go to the others (work-conserving). When jobs outnumber
-    cores, the jobs with the least attained core-seconds run (then earliest arrival), so a
-    waiting job's turn always comes.
+    cores, the jobs with the least attained core-seconds per unit of weight run (then earliest
+    arrival), so a waiting job's turn always comes.
     """
 
     name = "fair"
@@ -19,6 +20,6 @@ class FairPolicy:
     def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
         """Cores per job id."""
         order = sorted(
-            snapshot.jobs, key=lambda j: (j.attained_core_seconds, j.arrival, j.job_id)
+            snapshot.jobs, key=lambda j: (j.attained_core_seconds / j.weight, j.arrival, j.job_id)
         )
-        return equal_shares(admitted(snapshot, order), snapshot.capacity)
+        return fair_shares(admitted(snapshot, order), snapshot.capacity)

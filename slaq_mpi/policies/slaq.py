@@ -100,13 +100,25 @@ class SlaqPolicy:
         if capacity < count:
             return self._admit(snapshot, fc, capacity)
 
+        weights = self._weights(snapshot, fc)
+
         def gain(rows: np.ndarray, cores: np.ndarray) -> np.ndarray:
             # rows are sorted and distinct: all of them is every job in order
-            return fc.reduction(cores, None if rows.size == count else rows)
+            every = rows.size == count
+            got = fc.reduction(cores, None if every else rows)
+            w = weights if every else weights[rows]
+            return got * w.reshape((-1,) + (1,) * (got.ndim - 1))
 
         alloc = allocate_by_gain(gain, fc.caps, capacity, fc.useful_cores(), self.min_gain)
         alloc = self._settle(snapshot, fc, alloc)
         return dict(zip(fc.job_ids, alloc.tolist(), strict=True))
+
+    @staticmethod
+    def _weights(snapshot: ClusterSnapshot, fc: Forecast) -> np.ndarray:
+        """Every job's weight, in the forecast's order: the reductions the greedy compares
+        are weighted by them."""
+        by_id = {j.job_id: j.weight for j in snapshot.jobs}
+        return np.array([by_id[i] for i in fc.job_ids], dtype=np.float64)
 
     def _settle(self, snapshot: ClusterSnapshot, fc: Forecast, alloc: np.ndarray) -> np.ndarray:
         """``alloc``, or the allocation held now if the moves it makes cost more than they
@@ -116,8 +128,11 @@ class SlaqPolicy:
         current = np.array([j.cores for j in jobs], dtype=np.int64)
         started = np.array([bool(j.losses) for j in jobs], dtype=bool)
 
+        weights = self._weights(snapshot, fc)
+
         def value(cores: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-            return fc.reduction(cores, seconds=seconds)
+            got = fc.reduction(cores, seconds=seconds)
+            return got * weights.reshape((-1,) + (1,) * (got.ndim - 1))
 
         return settle_moves(current, alloc, fc.caps, int(snapshot.capacity), started,
                             float(snapshot.epoch_seconds), float(snapshot.move_seconds), value)
@@ -131,7 +146,7 @@ class SlaqPolicy:
         served = sorted(range(len(jobs)),
                         key=lambda i: (jobs[i].attained_core_seconds, jobs[i].arrival, jobs[i].job_id))
         chosen = set(served[:reserve])
-        one = fc.reduction(np.ones(len(jobs)))
+        one = fc.reduction(np.ones(len(jobs))) * self._weights(snapshot, fc)
         for i in np.lexsort((np.arange(len(jobs)), -one)).tolist():
             if len(chosen) >= capacity:
                 break

@@ -38,6 +38,8 @@ class JobSnapshot:
         attained_core_seconds: core-seconds the job has received so far.
         utility: optional utility-of-completion-time spec (policy-specific mapping).
         max_iterations: the job's iteration budget (stopping rule), or None.
+        weight: the job's weight (> 0, default 1): ``fair`` gives shares in proportion to it,
+            ``slaq`` maximizes the weighted predicted reduction.
     """
 
     job_id: str
@@ -50,6 +52,7 @@ class JobSnapshot:
     attained_core_seconds: float = 0.0
     utility: tuple[tuple[str, float], ...] = ()
     max_iterations: int | None = None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def utility_pairs(utility: Mapping[str, Any] | None) -> tuple[tuple[str, float],
 def job_snapshot(job_id: str, *, losses: Sequence[float], throughput: Sequence[tuple[int, float]],
                  cores: int, max_cores: int, capacity: int, convergence: str, arrival: float,
                  attained_core_seconds: float, utility: Mapping[str, Any] | None = None,
-                 max_iterations: int | None = None) -> JobSnapshot:
+                 max_iterations: int | None = None, weight: float = 1.0) -> JobSnapshot:
     """What a policy may know about one active job, from its record so far.
 
     ``max_cores`` is the job's own limit; the snapshot's is at most ``capacity`` (a job can use
@@ -103,6 +106,7 @@ def job_snapshot(job_id: str, *, losses: Sequence[float], throughput: Sequence[t
         attained_core_seconds=attained_core_seconds,
         utility=utility_pairs(utility),
         max_iterations=max_iterations,
+        weight=float(weight),
     )
 
 

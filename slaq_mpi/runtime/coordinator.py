@@ -221,8 +221,9 @@ class Coordinator:
             last_decision=self._last_decision,
             utilization=run_utilization(jobs, len(self.workers), now),
             jobs=[job_status(j, len(self.moves.running.get(j.name, ())),
-                             max_iterations=self._specs[j.name].stop.max_iterations
-                             if j.name in self._specs else None) for j in jobs]))
+                             weight=self._specs[j.name].weight,
+                             max_iterations=self._specs[j.name].stop.max_iterations)
+                  for j in jobs]))
 
     def _take_admitted(self) -> None:
         """Take the jobs added and the state changed by ``slaq add / cancel / drain``."""

@@ -101,5 +101,6 @@ def snapshot(active: Iterable[JobRecord], jobs: Mapping[str, JobSpec],
             j.name, losses=j.loss, throughput=j.throughput, cores=len(ranks.get(j.name, ())),
             max_cores=j.max_cores, capacity=capacity, convergence=j.convergence,
             arrival=j.arrival, attained_core_seconds=j.attained_core_seconds,
-            utility=jobs[j.name].utility, max_iterations=jobs[j.name].stop.max_iterations)
+            utility=jobs[j.name].utility, max_iterations=jobs[j.name].stop.max_iterations,
+            weight=jobs[j.name].weight)
         for j in active), move_seconds=move_seconds)

@@ -80,7 +80,7 @@ class JobRun:
             job.name, losses=losses, throughput=throughput, cores=self.cores,
             max_cores=job.max_cores, capacity=capacity, convergence=job.convergence,
             arrival=job.arrival, attained_core_seconds=self.attained, utility=job.utility,
-            max_iterations=job.max_iterations)
+            max_iterations=job.max_iterations, weight=job.weight)
 
     @property
     def started(self) -> bool:

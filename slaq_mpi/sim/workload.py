@@ -45,6 +45,7 @@ class SimJob:
     max_iterations: int | None
     curve_name: str = ""
     utility: Mapping[str, Any] | None = None
+    weight: float = 1.0
     template: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -179,6 +180,7 @@ def build_workload(spec: Any, settings: SimSettings, library: CurveLibrary,
             max_iterations=tpl.stop.max_iterations,
             curve_name=curve.name,
             utility=utilities[tpl.name],
+            weight=tpl.weight,
             template=tpl.name,
         ))
     out.sort(key=lambda j: (j.arrival, j.name))
