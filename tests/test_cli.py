@@ -112,3 +112,22 @@ def test_report_on_a_stopped_run_says_jobs_were_left_unfinished(
     write_metrics(live / "metrics.h5", replace(run, mode="run"))  # a real run, stopped
     assert main(["report", str(live), "--no-plots"]) == 0
     assert "left unfinished (slaq run --resume RUN_DIR finishes them)" in capsys.readouterr().out
+
+
+def test_every_command_builds_alone_to_the_same_parser() -> None:
+    # a command line naming a command builds only its module's parser (start-up time): every
+    # command must be mapped to the module that registers it
+    import argparse
+
+    from slaq_mpi import cli
+
+    def commands(parser: argparse.ArgumentParser) -> dict[str, str]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {name: p.format_help() for name, p in sub.choices.items()}
+
+    every = commands(cli.build_parser())
+    assert set(every) == set(cli._COMMAND_MODULE)
+    for name, text in every.items():
+        assert commands(cli.build_parser(name)) == {n: t for n, t in every.items()
+                                                    if cli._COMMAND_MODULE[n] == cli._COMMAND_MODULE[name]}
+        assert text
