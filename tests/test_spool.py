@@ -3,7 +3,6 @@ answers, and requests of another user set aside, never handed on."""
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
