@@ -167,6 +167,23 @@ def test_a_job_that_ends_frees_its_cores_at_once(epoch_model: str) -> None:
     assert run.epoch_time.tolist() == pytest.approx([0.0, 1.6, 1.8])
 
 
+def test_a_burst_of_arrivals_is_decided_together() -> None:
+    seen: list[float] = []
+
+    class Spy:
+        name = "spy"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            seen.append(snap.now)
+            return {j.job_id: 1 for j in snap.jobs}
+
+    jobs = [linear_job("a", 0.0, n=40), linear_job("b", 1.0, n=40), linear_job("c", 1.01, n=40),
+            linear_job("d", 1.02, n=40)]
+    simulate(jobs, Spy(), capacity=4, epoch_seconds=2.0, max_epochs=4)
+    # b is decided at once; c and d arrive within 1/32 epoch of that decision: one for both
+    assert seen == pytest.approx([0.0, 1.0, 1.0625, 3.0625])
+
+
 def test_overallocation_is_an_error() -> None:
     class Greedy:
         name = "greedy"

@@ -26,3 +26,10 @@ def test_the_simulator_and_the_evaluation_load_the_timing_rules_without_mpi() ->
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_simulated_decision_comes_no_sooner_than_the_least_gap() -> None:
+    assert next_decision(3.0, 3.01, 2.0, min_gap=0.0625) == pytest.approx(3.0625)
+    assert next_decision(3.0, 3.5, 2.0, min_gap=0.0625) == 3.5  # farther than the gap: at it
+    assert next_decision(3.0, None, 2.0, min_gap=0.0625) == 5.0
+    assert next_decision(3.0, 3.01, 0.05, min_gap=0.0625) == pytest.approx(3.05)  # never past an epoch

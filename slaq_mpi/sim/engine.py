@@ -2,7 +2,9 @@
 
 Jobs iterate continuously; the policy decides on rank 0's clock
 (:mod:`slaq_mpi.runtime.timing`): ``epoch_seconds`` after the previous decision, at once when
-a job arrives, and at once when a job meets its stop rule (its cores are free at that moment).
+a job arrives, and at once when a job meets its stop rule (its cores are free at that moment),
+but no sooner than :data:`~slaq_mpi.runtime.timing.SIMULATED_GAP_SHARE` of an epoch after the
+previous decision (live, the time a decision takes), so a burst is decided together.
 At each decision the arrived jobs are admitted and the policy is called on a
 :class:`~slaq_mpi.policies.snapshot.ClusterSnapshot` built as the live coordinator builds it
 (the losses of the iterations ended so far, one observed ``(cores, seconds/iteration)`` pair
@@ -36,7 +38,7 @@ import numpy as np
 from slaq_mpi.errors import ContractError, SlaqError
 from slaq_mpi.policies.snapshot import ClusterSnapshot, checked_allocation, cluster_snapshot, utility_pairs
 from slaq_mpi.report.evaluation import JobTrace, RunData
-from slaq_mpi.runtime.timing import next_decision
+from slaq_mpi.runtime.timing import SIMULATED_GAP_SHARE, next_decision
 from slaq_mpi.sim.settings import EPOCH_MODELS
 from slaq_mpi.sim.timeline import JobRun
 from slaq_mpi.sim.workload import SimJob
@@ -204,11 +206,13 @@ class _Simulation:
 
     def next_time(self, horizon: float | None) -> float:
         """The next decision: the regular or arrival one (:func:`next_decision`), or the first
-        end of a job, if sooner; at most ``horizon``."""
+        end of a job, if sooner, but not within the least gap between decisions; at most
+        ``horizon``."""
         upcoming = self.pending[self.nxt].job.arrival if self.nxt < len(self.pending) else None
-        due = next_decision(self.now, upcoming, self.epoch_seconds)
+        gap = SIMULATED_GAP_SHARE * self.epoch_seconds
+        due = next_decision(self.now, upcoming, self.epoch_seconds, gap)
         ends = min((s.finish_time() for s in self.active), default=math.inf)
-        due = min(due, ends)
+        due = min(due, max(ends, self.now + gap))
         if horizon is not None:
             due = min(due, horizon)
         return max(due, self.now)
