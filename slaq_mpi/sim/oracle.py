@@ -107,21 +107,23 @@ class OraclePolicy:
                 alloc[j.job_id] += int(extra[i])
         if len(jobs) < len(snapshot.jobs):
             return alloc
-        return self._settle(snapshot, jobs, alloc)
+        return self._settle(snapshot, jobs, alloc, gains)
 
     def _settle(self, snapshot: ClusterSnapshot, jobs: list[JobSnapshot],
-                alloc: dict[str, int]) -> dict[str, int]:
+                alloc: dict[str, int], gains: dict[str, np.ndarray]) -> dict[str, int]:
         """``alloc``, or the allocation held now if the moves it makes cost more than they
-        truly gain over the next epoch."""
+        truly gain over the next epoch (``gains``: each job's over a whole epoch)."""
         cap = snapshot.capacity
         caps = np.array([max(1, min(j.max_cores, cap)) for j in jobs], dtype=np.int64)
+        epoch = float(snapshot.epoch_seconds)
 
         def value(cores: np.ndarray, seconds: np.ndarray) -> np.ndarray:
             out = np.zeros(len(jobs))
-            for i, j in enumerate(jobs):
-                if cores[i] > 0:
-                    g = self._gains(j.job_id, len(j.losses), int(caps[i]), float(seconds[i]))
-                    out[i] = g[min(int(cores[i]), len(g) - 1)]
+            for i in np.flatnonzero(cores > 0).tolist():
+                j = jobs[i]
+                g = gains[j.job_id] if seconds[i] == epoch else self._gains(
+                    j.job_id, len(j.losses), int(caps[i]), float(seconds[i]))
+                out[i] = g[min(int(cores[i]), len(g) - 1)]
             return out
 
         settled = settle_moves(
