@@ -283,10 +283,14 @@ class CoordinatorLink:
         self.releases[leader] = self.releases.get(leader, 0) + 1
 
     def wait(self, deadline: float | None = None, idle: bool = False) -> bool:
-        """Handle the next message that arrives (sleeping until one does); False if
-        ``deadline`` (``time.monotonic()``) passes first. ``idle``: no job trains, so no
-        message is expected soon (sleep longer between tests)."""
-        return (_IDLE if idle else _PATIENT).wait(self._poll, deadline)
+        """Handle the next message that arrives (sleeping until one does), and every message
+        already there after it; False if ``deadline`` (``time.monotonic()``) passes first.
+        ``idle``: no job trains, so no message is expected soon (sleep longer between tests)."""
+        if not (_IDLE if idle else _PATIENT).wait(self._poll, deadline):
+            return False
+        while self._poll():  # and every other message already there
+            pass
+        return True
 
     def _poll(self) -> bool:
         """Hand one waiting message (an error before any report) to its handler; whether

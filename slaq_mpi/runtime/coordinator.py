@@ -92,6 +92,7 @@ class Coordinator:
         self._t0 = time.monotonic() - elapsed
         self._pruned: dict[str, int] = {}  # job -> the iterations its checkpoints were pruned to
         self._last_decision = math.nan
+        self._saved_at = -math.inf  # experiment time of the last save of the record
 
     # --- time and signals -------------------------------------------------------------
 
@@ -113,7 +114,7 @@ class Coordinator:
             why = f"found {stop}"
         else:
             return False
-        _say(f"{why}: stopping (every job checkpoints where it is)")
+        _say(f"{why}: stopping after this epoch (every job checkpoints where it is)")
         self.stop_requested = True
         return True
 
@@ -137,8 +138,13 @@ class Coordinator:
                 due = min(due, now)
             if now >= due or self._event:
                 self._event = False
-                status = self._decide(now, regular=now >= due)
-                due = self._next_decision(now)
+                status = self._decide(now)
+                if self._changed:
+                    self._carry_out()  # the moves first: the files can wait, the ranks cannot
+                if now >= self._saved_at + self.spec.epoch_seconds:
+                    self._save(finished=False)
+                self._write_status("running")
+                due = self._next_decision(self.now())
             if self._changed:
                 self._carry_out()
             self.link.wait(deadline=self._t0 + min(due, self.now() + _STOP_CHECK),
@@ -172,10 +178,9 @@ class Coordinator:
         due = [j.arrival for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
         return next_decision(now, min(due, default=None), self.spec.epoch_seconds)
 
-    def _decide(self, now: float, regular: bool) -> int | None:
+    def _decide(self, now: float) -> int | None:
         """Ask the policy for the jobs active at ``now`` and make its placement the target;
-        the exit status once every job has ended, else None. A ``regular`` decision (not one
-        for an arrival or an end) also saves the record."""
+        the exit status once every job has ended, else None."""
         self._show_epoch()
         active = self._active(now)
         if not active:
@@ -185,10 +190,7 @@ class Coordinator:
                 if not self.spec.open or self.admission.draining:
                     failed = any(j.status == "failed" for j in self.record.jobs.values())
                     return EXIT_FAILED if failed else EXIT_DONE
-            if regular:
-                self._save(finished=False)
-            self._write_status("running")  # an open run waits for added jobs; or the next arrival
-            return None
+            return None  # an open run waits for added jobs; or the next arrival
         snap = history.snapshot(active, self._specs, self.moves.target, len(self.workers), now,
                                 self.spec.epoch_seconds, self.seen.cost(DEFAULT_MOVE_SECONDS))
         t = time.perf_counter()
@@ -203,9 +205,6 @@ class Coordinator:
         self._shown = (now, cores)
         self.epoch += 1
         self._last_decision = now
-        if regular:
-            self._save(finished=False)
-        self._write_status("running")
         return None
 
     def _write_status(self, state: str) -> None:
@@ -308,7 +307,7 @@ class Coordinator:
              f"{shlex.quote(where)})")
 
     def _save(self, finished: bool) -> None:
-        elapsed = self.now()
+        elapsed = self._saved_at = self.now()
         self.record.attrs["stopped"] = elapsed
         # where a resume starts, in the same atomic write as the history it continues
         self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
