@@ -64,6 +64,9 @@ def test_add_cancel_drain_an_open_run(tmp_path: Path, launch: Launch) -> None:
         s in ("done", "cancelled") for s in _statuses(run).values()), timeout=300)
     time.sleep(1.5)  # the open run waits for more jobs
     assert proc.proc.poll() is None, proc.shown()
+    res = run_slaq(["cancel", str(run), "a"], cwd=tmp_path, timeout=60)  # a job that has ended
+    assert res.returncode == 2 and len((res.stdout + res.stderr).strip().splitlines()) == 1, res.stderr
+    assert "already ended (done)" in res.stderr, res.stderr
     res = run_slaq(["drain", str(run)], cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     assert proc.finish(120) == 0, proc.shown()
