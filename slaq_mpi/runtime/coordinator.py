@@ -353,6 +353,7 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
                   f"{traceback.format_exc()}", file=sys.stderr, flush=True)
         if coord is not None:
             try:
+                coord._show_epoch()  # the line of the last decision, as the record will hold it
                 coord._save(finished=False)
             except Exception as save_exc:  # the abort matters more than the record
                 print(f"slaq: could not save the record: {save_exc}", file=sys.stderr, flush=True)

@@ -80,11 +80,9 @@ class Worker:
             if order.job is None:
                 break
             self._join_writer()
-            try:
-                self._start(order)
-                self._iterate()
-            finally:
-                self._drop()
+            self._start(order)  # an error escapes with self.job still naming the job
+            self._iterate()
+            self._drop()
         self._join_writer()
         self.link.close(order.releases)
 
