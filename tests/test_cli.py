@@ -98,9 +98,8 @@ def sim_run(tmp_path: Path) -> Path:
 
 def test_report_on_a_stopped_run_says_jobs_were_left_unfinished(
         sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from slaq_mpi.storage.metrics import read_metrics, write_metrics
-
     from slaq_mpi.report.evaluation import observed
+    from slaq_mpi.storage.metrics import read_metrics, write_metrics
 
     run = read_metrics(sim_run / "metrics.h5")
     seen = observed(run).jobs  # the jobs that had arrived when it stopped
