@@ -280,3 +280,32 @@ def test_worker_error_outside_the_solver_ends_the_run_promptly(tmp_path: Path, l
     assert json.loads((tmp_path / "run" / "state.json").read_text())["epoch"] == last + 1
     with h5py.File(tmp_path / "run" / "metrics.h5") as f:
         assert len(f["epochs/time"]) == last + 1
+
+
+def test_a_solver_raising_in_init_or_set_state_fails_only_its_job(tmp_path: Path, launch: Launch) -> None:
+    faulty = ROOT / "tests" / "solvers" / "faulty.py"
+    data = {"generator": "classification", "rows": 3000, "features": 10}
+    jobs = [*faults_jobs(),
+            {"name": "init", "algorithm": f"{faulty}:RaisesInInit", "stop": {"max_iterations": 50},
+             "dataset": data},
+            {"name": "restore", "algorithm": f"{faulty}:RaisesInSetState", "hyperparameters": {"pace": 0.01},
+             "stop": {"max_iterations": 100000}, "dataset": data}]
+    cfg = faults_config(tmp_path, jobs=jobs)
+    proc = launch(["run", str(cfg)], tmp_path)
+    wait_epochs(tmp_path / "run", proc, 4)
+    proc.send(signal.SIGUSR1)
+    assert proc.finish(120) == 75, proc.shown()
+    res = run_slaq(["run", "--resume", str(tmp_path / "run")], cwd=tmp_path, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr  # a job failed; the run did not abort
+    with h5py.File(tmp_path / "run" / "metrics.h5") as f:
+        st = {n: (str(g.attrs["status"]), str(g.attrs["reason"]), len(g["loss"]))
+              for n, g in f["jobs"].items()}
+    assert st["init"][:2] == ("failed", "solver raised ValueError in __init__: injected failure in __init__")
+    assert st["init"][2] == 0
+    status, reason, iterations = st["restore"]
+    assert status == "failed" and iterations > 0, st["restore"]
+    assert reason == (f"solver raised ValueError in set_state() restoring iteration {iterations}: "
+                      "injected failure in set_state"), reason
+    for name in ("good-1", "good-2", "good-3"):
+        assert st[name][0] == "done", st
+    assert f"job restore: failed after {iterations} iterations" in res.stdout, res.stdout

@@ -69,3 +69,27 @@ class ListInState(LogisticRegression):
 
     def get_state(self) -> dict[str, Any]:  # type: ignore[override]
         return {**super().get_state(), "history": [np.zeros(2), np.zeros(3)]}
+
+
+class RaisesInInit(LogisticRegression):
+    """Logistic regression whose ``__init__`` raises ValueError on every rank."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        raise ValueError("injected failure in __init__")
+
+
+class RaisesInSetState(LogisticRegression):
+    """Logistic regression that sleeps ``pace`` s before each iteration (still running when the
+    test stops the run) and whose ``set_state`` raises ValueError on every rank (on a resume)."""
+
+    defaults: ClassVar[dict[str, Any]] = {**LogisticRegression.defaults, "pace": 0.01}
+
+    def step(self) -> float:
+        import time
+
+        time.sleep(float(self.params["pace"]))
+        return super().step()
+
+    def set_state(self, state: Mapping[str, np.ndarray]) -> None:
+        raise ValueError("injected failure in set_state")
