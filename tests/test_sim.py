@@ -167,6 +167,27 @@ def test_a_job_that_ends_frees_its_cores_at_once(epoch_model: str) -> None:
     assert run.epoch_time.tolist() == pytest.approx([0.0, 1.6, 1.8])
 
 
+def test_a_policy_sees_what_the_jobs_have_reported() -> None:
+    seen: list[tuple[float, int, int]] = []
+
+    class Spy:
+        name = "spy"
+
+        def allocate(self, snap: ClusterSnapshot) -> dict[str, int]:
+            job = snap.jobs[0]
+            seen.append((snap.now, len(job.losses), len(job.throughput)))
+            return {job.job_id: 1 if snap.now < 3.5 else 2}
+
+    # 0.3 s per iteration on 1 core: it reports at the end of its first iteration at least an
+    # epoch after it started (1.2 s), then an epoch after its last report (2.4 s, 3.6 s); moved
+    # at 4 s, it reports at its switch (4.2 s) what it did since
+    run = simulate([linear_job("a", n=40, work=0.3)], Spy(), capacity=2, epoch_seconds=1.0,
+                   max_epochs=6, epoch_model="live")
+    assert seen == [(0.0, 0, 0), (1.0, 0, 0), (2.0, 4, 1), (3.0, 8, 2), (4.0, 12, 3), (5.0, 14, 4)]
+    assert run.jobs["a"].throughput.tolist()[:3] == [[1, pytest.approx(0.3)]] * 3
+    assert len(run.jobs["a"].loss) > 14  # the trace holds every iteration, reported or not
+
+
 def test_a_burst_of_arrivals_is_decided_together() -> None:
     seen: list[float] = []
 

@@ -76,6 +76,7 @@ def _simulated(spec: config.ExperimentSpec) -> ClusterSnapshot:
             state.throughput.append((cores, secs))
             state.attained += cores * secs * len(losses)
             state.n += len(losses)
+        state.shown = state.n  # every iteration reported
         state.cores = HOLDS[tpl.name]
         states.append(state)
     return engine._snapshot(states, CAPACITY, 3.0, 0.75, DEFAULT_MOVE_SECONDS)

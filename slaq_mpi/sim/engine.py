@@ -7,9 +7,9 @@ but no sooner than :data:`~slaq_mpi.runtime.timing.SIMULATED_GAP_SHARE` of an ep
 previous decision (live, the time a decision takes), so a burst is decided together.
 At each decision the arrived jobs are admitted and the policy is called on a
 :class:`~slaq_mpi.policies.snapshot.ClusterSnapshot` built as the live coordinator builds it
-(the losses of the iterations ended so far, one observed ``(cores, seconds/iteration)`` pair
-per stretch of iterations between decisions, attained core-seconds, and the move cost as
-``move_seconds``). A job whose core count stays the same never stops. A job whose count
+(the losses each job has reported, one observed ``(cores, seconds/iteration)`` pair per
+report, about one an epoch (:mod:`slaq_mpi.sim.timeline`), attained core-seconds, and the move
+cost as ``move_seconds``). A job whose core count stays the same never stops. A job whose count
 changes is moved (:mod:`slaq_mpi.sim.timeline`): it pauses ``reconfigure_seconds`` (a job
 that never ran starts without a pause) and then runs on its new count. When the move happens
 is the epoch model:
@@ -100,7 +100,7 @@ class _Simulation:
 
     def __init__(self, jobs: Sequence[SimJob], seed: int, capacity: int, epoch_seconds: float,
                  live: bool, move: float, noise: float) -> None:
-        self.states = [JobRun(j, i, seed) for i, j in enumerate(jobs)]
+        self.states = [JobRun(j, i, seed, epoch_seconds) for i, j in enumerate(jobs)]
         self.pending = sorted(self.states, key=lambda s: (s.job.arrival, s.col))
         self.nxt = 0  # the first pending job that has not arrived
         self.active: list[JobRun] = []
@@ -253,7 +253,7 @@ def _trace(s: JobRun) -> JobTrace:
     job = s.job
     n = len(s.losses)
     times = np.concatenate(s.t_chunks) if s.t_chunks else np.zeros(0)
-    cores = np.repeat(np.array([c for c, _ in s.throughput], dtype=np.int32), s.c_chunks)
+    cores = np.repeat(np.array(s.k_chunks, dtype=np.int32), s.c_chunks)
     secs = np.repeat(np.array(s.s_chunks, dtype=np.float64), s.c_chunks)
     if not math.isnan(s.end):
         status = "done"

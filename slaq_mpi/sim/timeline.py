@@ -9,6 +9,11 @@ runs on its new count from the end of the pause. The engine (:mod:`slaq_mpi.sim.
 chooses the switch time: the job's next iteration boundary, after the cores it gains are free
 (``live``), or the decision itself (``fluid``). A job switched to no cores stops there, its
 progress kept.
+
+A policy sees a job's iterations as the live coordinator does, through its reports: the job
+reports at the end of its first iteration at least ``report_seconds`` (an epoch) after it
+started or last reported, when it is moved (at its switch) and when it ends. A report adds one
+``(cores, seconds per iteration)`` observation: the median seconds of the iterations it covers.
 """
 
 from __future__ import annotations
@@ -42,11 +47,16 @@ class JobRun:
 
     __slots__ = ("job", "col", "rng", "n", "p", "t0", "clock", "running", "tpi", "cores",
                  "switch", "resume", "tpi_next", "factor", "attained", "losses", "throughput",
-                 "t_chunks", "c_chunks", "s_chunks", "start", "end", "_seen")
+                 "t_chunks", "c_chunks", "s_chunks", "k_chunks", "start", "end", "shown",
+                 "report_seconds", "report_due", "unreported", "_seen")
 
-    def __init__(self, job: SimJob, col: int, seed: int):
+    def __init__(self, job: SimJob, col: int, seed: int, report_seconds: float = 0.0):
         self.job = job
         self.col = col
+        self.report_seconds = report_seconds
+        self.report_due = math.inf  # when the job reports next (at an iteration's end)
+        self.shown = 0  # iterations reported: what a policy sees
+        self.unreported: list[tuple[float, int]] = []  # (seconds per iteration, iterations)
         self.rng = np.random.default_rng([seed, 3, col])
         self.n = 0
         self.p = 0.0
@@ -61,15 +71,16 @@ class JobRun:
         self.t_chunks: list[np.ndarray] = []
         self.c_chunks: list[int] = []
         self.s_chunks: list[float] = []
+        self.k_chunks: list[int] = []
         self.start = math.nan
         self.end = math.nan
         self._seen: tuple[tuple[float, ...], tuple[tuple[int, float], ...]] | None = None
 
     def history(self) -> tuple[tuple[float, ...], tuple[tuple[int, float], ...]]:
-        """The losses and throughput observations so far, as tuples kept until the job's next
-        iteration (a snapshot then reuses them instead of copying every loss again)."""
-        if self._seen is None or len(self._seen[0]) != len(self.losses):
-            self._seen = (tuple(self.losses), tuple(self.throughput))
+        """The losses and throughput observations reported so far, as tuples kept until the
+        job's next report (a snapshot then reuses them instead of copying every loss again)."""
+        if self._seen is None or len(self._seen[0]) != self.shown:
+            self._seen = (tuple(self.losses[: self.shown]), tuple(self.throughput))
         return self._seen
 
     def snapshot(self, capacity: int) -> JobSnapshot:
@@ -138,8 +149,10 @@ class JobRun:
             self._hold(self.switch)
             if not math.isnan(self.end):
                 return
+            self._report(self.n)  # a moved job reports as it is released
             self.running, self.tpi = self.cores, self.tpi_next
             self.t0, self.switch = self.resume, math.inf
+            self.report_due = self.resume + self.report_seconds if self.running > 0 else math.inf
             if self.running > 0 and math.isnan(self.start):
                 self.start = self.t0
         self._run(until, finish)
@@ -167,9 +180,43 @@ class JobRun:
             self.t_chunks.append(ends)
             self.c_chunks.append(last - self.n)
             self.s_chunks.append(self.tpi)
-            self.throughput.append((self.running, self.tpi))
+            self.k_chunks.append(self.running)
+            self._reports(ends)
             self.n = last
             if last >= job.stop_iter:
                 self.end = float(ends[-1])
+                self._report(last)
         self.p = max(reached, float(self.n))
         self.t0 = until
+
+    def _reports(self, ends: np.ndarray) -> None:
+        """The reports sent among the new iterations ending at ``ends`` (iterations
+        ``n + 1 ...``): at the first iteration ending at or after each report's due time."""
+        done = 0
+        while True:
+            i = int(np.searchsorted(ends, self.report_due - EPS * self.report_seconds))
+            if i >= len(ends):
+                break
+            self.unreported.append((self.tpi, i + 1 - done))
+            self._report(self.n + i + 1)
+            self.report_due = float(ends[i]) + self.report_seconds
+            done = i + 1
+        if done < len(ends):
+            self.unreported.append((self.tpi, len(ends) - done))
+
+    def _report(self, upto: int) -> None:
+        """Report the iterations up to ``upto``: their losses, and one observation of the
+        median seconds per iteration of those since the last report, on ``running`` cores."""
+        if upto <= self.shown or not self.unreported:
+            return
+        spans = sorted(self.unreported)
+        middle = sum(count for _, count in spans) // 2  # as the live report: sorted(...)[n // 2]
+        median = spans[-1][0]
+        for seconds, count in spans:
+            if middle < count:
+                median = seconds
+                break
+            middle -= count
+        self.throughput.append((self.running, median))
+        self.unreported = []
+        self.shown = upto
