@@ -24,6 +24,7 @@ from slaq_mpi.cli._output import printer
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.report.draws import DRAWS_FILE
 from slaq_mpi.report.evaluation import RunData, common_l_star, observed, run_span
+from slaq_mpi.report.nodes import node_span_lines
 from slaq_mpi.report.summary import json_value, summarize_runs
 from slaq_mpi.storage.outpaths import check_writable
 
@@ -284,6 +285,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     for note in _unfinished_notes(runs) + (_window_notes(runs, chosen) if chosen is not None else []):
         say(note)
     say(format_table(rows, compare=alike))
+    for line in node_span_lines(runs):
+        say(line)
     if not args.no_plots and alike:
         _plots(runs, l_star, Path(args.out) if args.out is not None else plots_dir(args.run_dirs), say)
     elif not args.no_plots:

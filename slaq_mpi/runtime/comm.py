@@ -72,6 +72,11 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+def world_hosts() -> list[str]:
+    """Collective over the world: the host of every rank, by rank."""
+    return list(_world_collective().allgather(hostname()))
+
+
 def world_collectives() -> int:
     """How many collectives over the world this process has entered so far."""
     return _world_calls[0]

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -42,7 +43,7 @@ from slaq_mpi.runtime.history import STATE_FILE, new_record, resume_record
 from slaq_mpi.runtime.job_reports import absorb
 from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.runtime.moves_seen import MovesSeen
-from slaq_mpi.runtime.placement import place
+from slaq_mpi.runtime.placement import assignments, place
 from slaq_mpi.runtime.timing import next_decision
 from slaq_mpi.runtime.transitions import Transitions
 from slaq_mpi.storage import checkpoint
@@ -70,12 +71,14 @@ class Coordinator:
     """The scheduling loop of rank 0."""
 
     def __init__(self, spec: ExperimentSpec, run_dir: Path, record: RunRecord,
-                 epoch: int = 0, elapsed: float = 0.0, draining: bool = False) -> None:
+                 epoch: int = 0, elapsed: float = 0.0, draining: bool = False,
+                 hosts: Sequence[str] = ()) -> None:
         self.spec = spec
         self.run_dir = run_dir
         self.record = record
         self.epoch = epoch  # decisions so far (each one starts an "epoch" of the record)
         self.workers = list(range(1, comm.world_size()))
+        self.hosts = {r: hosts[r] for r in self.workers} if hosts else None  # rank -> node
         self.link = comm.CoordinatorLink({comm.Tag.ERROR: _raise_worker_error,
                                           comm.Tag.REPORT: self._on_report})
         self.policy = get_policy(spec.policy, **spec.policy_params)
@@ -196,8 +199,10 @@ class Coordinator:
         t = time.perf_counter()
         alloc = checked_allocation(self.policy.allocate(snap), snap, self.spec.policy)
         decision_ms = (time.perf_counter() - t) * 1000.0
-        target, moved = place(self.moves.target, alloc, self.workers)
+        target, moved = place(self.moves.target, alloc, self.workers, self.hosts)
         self.moves.retarget(target)
+        if self.hosts is not None:
+            self.record.placements += assignments(now, target, moved, self.workers, self.hosts)
         self._changed = True
         cores = {j: len(r) for j, r in target.items()}
         self.record.add_epoch(now, cores, decision_ms, bool(moved & set(self.moves.running)))
@@ -328,7 +333,8 @@ def _raise_worker_error(info: dict[str, str]) -> NoReturn:
                       f"{info['error']}\n{info['traceback']}")
 
 
-def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
+def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool,
+                    hosts: Sequence[str] = ()) -> int:
     """Rank 0's entry point. Any error ends every rank (MPI abort) after saving the record,
     so a run never hangs with workers waiting for a plan that will not come."""
     for sig in STOP_SIGNALS:
@@ -341,9 +347,10 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool) -> int:
             draining = bool(json.loads((run_dir / STATE_FILE).read_text()).get("draining", False))
             _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s"
                  + (" (draining: no more jobs are accepted)" if draining else ""))
-            coord = Coordinator(spec, run_dir, record, epoch, elapsed, draining)
+            coord = Coordinator(spec, run_dir, record, epoch, elapsed, draining, hosts)
         else:
-            coord = Coordinator(spec, run_dir, new_record(spec, comm.world_size() - 1))
+            coord = Coordinator(spec, run_dir, new_record(spec, comm.world_size() - 1),
+                                hosts=hosts)
         return coord.run()
     except Exception as exc:
         if isinstance(exc, WorkerError):

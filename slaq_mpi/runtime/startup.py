@@ -5,6 +5,8 @@ work (every other rank)."""
 from __future__ import annotations
 
 import argparse
+import json
+from collections import Counter
 from pathlib import Path
 
 from slaq_mpi._text import count
@@ -14,7 +16,9 @@ from slaq_mpi.runtime import comm
 from slaq_mpi.runtime.launch import check_start, read_spec
 from slaq_mpi.runtime.resume import finished_status, say_finished
 from slaq_mpi.storage import rundir
+from slaq_mpi.storage.durable import replacing
 
+HOSTS_FILE = "hosts.json"  # the host of every rank of the latest launch, by rank
 _GO_ON = -1  # rank 0's word to the others at the start: no exit status yet, the run goes on
 
 
@@ -26,7 +30,8 @@ def run_rank(args: argparse.Namespace, started: float) -> int:
         return EXIT_BAD_INPUT
     spec, run_dir, resume = read
     size, rank = comm.world_size(), comm.world_rank()
-    if size < 2 or size < spec.ranks:
+    # a resumed run goes on with fewer ranks than it started with (after a node was lost)
+    if size < 2 or (size < spec.ranks and not resume):
         if rank == 0:
             raise ConfigError("ranks", spec.ranks, f"the MPI launch gave only {count(size, 'rank')}; "
                               f"ask the launcher for at least {max(2, spec.ranks)}")
@@ -40,11 +45,13 @@ def run_rank(args: argparse.Namespace, started: float) -> int:
             raise failure
         return verdict
     busy, cpus = comm.detect_oversubscription()
+    hosts = comm.world_hosts()
     if rank == 0:
         _say_launch(spec, busy, cpus, size)
+        _say_hosts(run_dir, hosts)
         from slaq_mpi.runtime.coordinator import run_coordinator
 
-        return run_coordinator(spec, run_dir, resume)
+        return run_coordinator(spec, run_dir, resume, hosts)
     from slaq_mpi.runtime.worker import Worker
 
     worker = Worker(spec, run_dir, sleep_waits=busy > cpus)
@@ -109,6 +116,17 @@ def _fresh_run_dir(spec: ExperimentSpec) -> None:
         print(f"slaq: moved the previous run in {run_dir} to {aside}", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(spec.source)
+
+
+def _say_hosts(run_dir: Path, hosts: list[str]) -> None:
+    """Rank 0: say which nodes the ranks run on, and keep the rank-to-host map in
+    RUN_DIR/hosts.json (read by the Slurm supervisor to find the ranks of a lost node)."""
+    per_host = Counter(hosts)
+    if len(per_host) > 1:
+        print("slaq: ranks on " + ", ".join(f"{h} ({n})" for h, n in sorted(per_host.items())),
+              flush=True)
+    with replacing(run_dir / HOSTS_FILE, run_dir / f".{HOSTS_FILE}.tmp") as tmp:
+        tmp.write_text(json.dumps({"hosts": hosts}))
 
 
 def _say_launch(spec: ExperimentSpec, busy: int, cpus: int, size: int) -> None:

@@ -36,6 +36,11 @@ __all__ = ["JobRecord", "JobTrace", "RunData", "RunRecord", "read_metrics", "tex
            "write_metrics"]
 
 
+PLACEMENTS = "placements"
+"""The dataset of a run on several nodes: one JSON text per placement of a job on ranks
+(time, job, ranks, hosts, free worker ranks per host; :func:`slaq_mpi.runtime.placement.assignments`)."""
+
+
 # --- the writer -------------------------------------------------------------------------------
 
 def write_metrics(path: str | Path, run: RunData) -> None:
@@ -50,6 +55,10 @@ def write_metrics(path: str | Path, run: RunData) -> None:
         for name, job in run.jobs.items():
             _write_job(jobs.create_group(name), job)
         _write_epochs(f.create_group("epochs"), run)
+        if run.placements:
+            f.create_dataset(PLACEMENTS, data=[json.dumps(p, sort_keys=True)
+                                               for p in run.placements],
+                             dtype=h5py.string_dtype())
 
 
 def _write_root(f: h5py.File, run: RunData) -> None:
@@ -146,6 +155,8 @@ def _load(p: Path) -> RunData:
             raise DataError(f"{p}: not a slaq metrics file (it has no /jobs and /epochs groups)")
         jobs = {name: _read_job(name, g) for name, g in f["jobs"].items()}
         run = _read_epochs(f["epochs"], jobs, _read_root(f.attrs, p))
+        if isinstance(f.get(PLACEMENTS), h5py.Dataset):
+            run.placements = [json.loads(_text(x)) for x in f[PLACEMENTS][()]]
     _check(run, p)
     return run
 
@@ -314,6 +325,7 @@ class RunRecord:
     pause_ms: list[float] = field(default_factory=list)
     gap_ms: list[float] = field(default_factory=list)
     moved: list[int] = field(default_factory=list)
+    placements: list[dict[str, Any]] = field(default_factory=list)
 
     def add_epoch(self, t: float, alloc: dict[str, int], decision_ms: float, moved: bool) -> None:
         """Record an epoch's start, its allocation and decision time (pause comes later)."""
@@ -346,6 +358,7 @@ class RunRecord:
             gap_ms=np.asarray(self.gap_ms, dtype=np.float64),
             moved=np.asarray(self.moved, dtype=np.int8), stopped=get["stopped"],
             **{key: get[key] for key in RUN_ONLY_ATTRS},
+            placements=list(self.placements) or None,
         )
 
     def write(self, path: Path) -> None:
@@ -371,6 +384,7 @@ class RunRecord:
         rec.pause_ms = run.pause_ms.tolist()
         rec.gap_ms = [math.nan] * len(rec.epoch_time) if run.gap_ms is None else run.gap_ms.tolist()
         rec.moved = [] if run.moved is None else [int(x) for x in run.moved]
+        rec.placements = list(run.placements or [])
         return rec
 
 

@@ -86,3 +86,4 @@ class RunData:
     epoch: int | None = None
     elapsed: float | None = None
     world_collectives: int | None = None
+    placements: list[dict[str, Any]] | None = None  # one per job placed on ranks of several hosts
