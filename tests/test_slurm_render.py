@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import slaq_mpi
 from slaq_mpi import cli
 from slaq_mpi.errors import ConfigError
 from slaq_mpi.slurm import submit as slurm
@@ -27,6 +28,7 @@ from slaq_mpi.storage.metrics import JobRecord, RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
+HERE_PKG = str(Path(slaq_mpi.__file__).resolve().parent)  # the slaq_mpi these tests import
 
 FULL = {
     "job_name": "paper-repro",
@@ -49,6 +51,8 @@ FULL = {
     "setup": ["module load openmpi/4.1", "source /scratch/me/venv/bin/activate"],
     "extra": ["--mem-per-cpu=2G", "#SBATCH --constraint=ib"],
 }
+
+PACKAGE = "/scratch/me/venv/lib/python3.11/site-packages/slaq_mpi"
 
 MPIEXEC = {"launcher": "mpiexec", "mpiexec": "/opt/mpich/bin/mpiexec", "time": "90", "signal_lead": 300,
            "requeue": False, "launcher_args": ["-bind-to", "core"]}
@@ -95,7 +99,8 @@ _EVERY_SCRIPT = (
     "trap 'request_stop TERM' TERM",
     '        touch "$RUN_DIR/STOP"',
     '    ARGS=(run --resume "$RUN_DIR")',
-    '"${LAUNCH[@]}" "$PYTHON" -m slaq_mpi "${ARGS[@]}" &',
+    '    "${LAUNCH[@]}" "$PYTHON" "$SLAQ_PKG/__main__.py" "${ARGS[@]}" &',
+    '"$PYTHON" "$SLAQ_PKG/slurm/supervise.py" --run-dir "$RUN_DIR" --launcher "$LAUNCHER" -- \\',
     '        if [ "$REQUEUE" = 1 ] && [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then',
     '            if scontrol requeue "$SLURM_JOB_ID"; then',
 )
@@ -106,8 +111,8 @@ def _rendered(which: str) -> tuple[str, Path]:
         return render_sbatch(SlurmSettings()), ROOT / "slurm" / "slaq.sbatch"
     if which == "full":
         s = settings_from_mapping(FULL, ranks=64, epoch_seconds=5.0, name="ignored")
-        return (render_sbatch(s, config="/home/me/paper.yaml", run_dir="/scratch/me/slaq/runs/paper"),
-                GOLDEN / "full.sbatch")
+        return (render_sbatch(s, config="/home/me/paper.yaml", run_dir="/scratch/me/slaq/runs/paper",
+                              package=PACKAGE), GOLDEN / "full.sbatch")
     s = settings_from_mapping(MPIEXEC, ranks=4, epoch_seconds=1.0, name="small")
     return (render_sbatch(s, config="/tmp/x y/small.yaml", run_dir="/tmp/x y/runs/small"),
             GOLDEN / "mpiexec.sbatch")
@@ -132,8 +137,10 @@ def test_the_lines_that_matter_are_as_written_by_hand(which: str) -> None:
 
 def test_every_option_renders_like_the_golden_file() -> None:
     s = settings_from_mapping(FULL, ranks=64, epoch_seconds=5.0, name="ignored")
-    text = render_sbatch(s, config="/home/me/paper.yaml", run_dir="/scratch/me/slaq/runs/paper")
+    text = render_sbatch(s, config="/home/me/paper.yaml", run_dir="/scratch/me/slaq/runs/paper",
+                         package=PACKAGE)
     _golden("full.sbatch", text)
+    assert "#SBATCH --no-kill" in text  # the default on more than one node
     assert "#SBATCH --constraint=ib" in text
     assert "#SBATCH --partition=compute,short" in text
     assert "LAUNCH=(srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores)" in text
@@ -146,6 +153,20 @@ def test_mpiexec_launcher_renders_like_the_golden_file() -> None:
     assert "#SBATCH --no-requeue" in text
     assert "CONFIG='/tmp/x y/small.yaml'" in text
     assert 'LAUNCH=(/opt/mpich/bin/mpiexec -n "$SLURM_NTASKS" -bind-to core)' in text
+
+
+def test_the_ranks_run_the_package_slaq_submit_imported(tmp_path: Path) -> None:
+    s = settings_from_mapping(MPIEXEC, ranks=4, epoch_seconds=1.0, name="small")
+    text = render_sbatch(s, config="/c.yaml", run_dir="/r", package="/opt/v env/slaq_mpi")
+    lines = text.splitlines()
+    assert "SLAQ_PKG='/opt/v env/slaq_mpi'" in lines
+    assert "-m slaq_mpi" not in text  # a checkout in the job's directory would shadow the package
+    assert '    "${LAUNCH[@]}" "$PYTHON" "$SLAQ_PKG/__main__.py" "${ARGS[@]}" &' in lines
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: x\nranks: 2\njobs:\n  - {name: a, algorithm: logreg, dataset: "
+                   "{generator: classification, rows: 10, features: 2}}\n")
+    sub = slurm.Submission(settings=s, config=cfg, run_dir=tmp_path / "run", resume=False)
+    assert f"SLAQ_PKG={shlex.quote(HERE_PKG)}" in sub.script().splitlines()
 
 
 def test_rendered_scripts_are_valid_bash() -> None:
@@ -721,7 +742,7 @@ case $FAKE_MODE in
     signalled)
         # Slurm signals the batch shell (time limit, preemption, scancel): its trap asks for the stop
         mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"
-        kill -"${FAKE_SIGNAL:-USR1}" "$PPID"
+        kill -"${FAKE_SIGNAL:-USR1}" "$(ps -o ppid= -p "$PPID")"   # the batch shell, above the supervisor
         while [ ! -e "$run_dir/STOP" ]; do sleep 0.05; done
         rm -f "$run_dir/STOP"; exit 75 ;;
     wait-stop)
@@ -763,7 +784,8 @@ def fake_cluster(tmp_path: Path) -> dict[str, Any]:
     settings = settings_from_mapping({"launcher": "mpiexec", "mpiexec": str(bin_dir / "mpiexec"),
                                       "max_restarts": 2, "python": sys.executable}, ranks=4)
     script = tmp_path / "job.sbatch"
-    script.write_text(render_sbatch(settings, config=str(tmp_path / "c.yaml"), run_dir=str(run_dir)))
+    script.write_text(render_sbatch(settings, config=str(tmp_path / "c.yaml"), run_dir=str(run_dir),
+                                    package=HERE_PKG))
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(logs),
            "FAKE_RUN_DIR": str(run_dir), "SLURM_JOB_ID": "31", "SLURM_NTASKS": "4"}
     return {"script": script, "env": env, "logs": logs, "run_dir": run_dir, "cfg": tmp_path / "c.yaml"}
@@ -781,7 +803,7 @@ def _lines(path: Path) -> list[str]:
 def test_script_starts_fresh_and_finishes(fake_cluster: dict[str, Any]) -> None:
     proc = _run_script(fake_cluster, "done")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    launched = f"-n 4 {sys.executable} -m slaq_mpi run {fake_cluster['cfg']}"
+    launched = f"-n 4 {sys.executable} {HERE_PKG}/__main__.py run {fake_cluster['cfg']}"
     assert _lines(fake_cluster["logs"] / "launch") == [launched]
     assert _lines(fake_cluster["logs"] / "scontrol") == []
     assert "every job done" in proc.stdout
@@ -794,7 +816,7 @@ def test_script_resumes_when_state_exists(fake_cluster: dict[str, Any]) -> None:
     (run_dir / "STOP").write_text("")  # left over from an earlier signal: must not stop this start
     proc = _run_script(fake_cluster, "fail")
     assert proc.returncode == 1
-    launched = f"-n 4 {sys.executable} -m slaq_mpi run --resume {run_dir}"
+    launched = f"-n 4 {sys.executable} {HERE_PKG}/__main__.py run --resume {run_dir}"
     assert _lines(fake_cluster["logs"] / "launch") == [launched]
     assert not (run_dir / "STOP").exists()
 
@@ -821,7 +843,9 @@ def test_script_picks_srun_mpi_plugin_from_the_mpi_library(tmp_path: Path, libra
     bin_dir.mkdir()
     fakes = {
         # the job's Python: answers the import check with the MPI library's version line
-        "python": f'#!/bin/bash\n[ "$1" = -c ] && echo "{library}"\nexit 0\n',
+        # (and runs the supervisor with the real one)
+        "python": (f'#!/bin/bash\n[ "$1" = -c ] && {{ echo "{library}"; exit 0; }}\n'
+                   f'exec {sys.executable} "$@"\n'),
         "srun": ('#!/bin/bash\nif [ "$1" = --mpi=list ]; then\n'
                  f'    echo "MPI plugin types are..."; for p in none {plugins}; do echo "\t$p"; done\n'
                  '    exit 0\nfi\necho "$*" >> "$FAKE_LOG/launch"\n'),
@@ -831,7 +855,8 @@ def test_script_picks_srun_mpi_plugin_from_the_mpi_library(tmp_path: Path, libra
         (bin_dir / name).chmod(0o755)
     settings = settings_from_mapping({"python": str(bin_dir / "python")}, ranks=4)
     script = tmp_path / "job.sbatch"
-    script.write_text(render_sbatch(settings, config=str(tmp_path / "c.yaml"), run_dir=str(tmp_path / "run")))
+    script.write_text(render_sbatch(settings, config=str(tmp_path / "c.yaml"), run_dir=str(tmp_path / "run"),
+                                    package=HERE_PKG))
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(tmp_path)}
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     launched = _lines(tmp_path / "launch")

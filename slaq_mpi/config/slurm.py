@@ -50,6 +50,7 @@ _MANAGED_OPTIONS = {
     "--chdir": "chdir", "-D": "chdir",
     "--signal": "signal_lead",
     "--requeue": "requeue", "--no-requeue": "requeue",
+    "--no-kill": "no_kill", "-k": "no_kill",
     "--open-mode": "(always append, so the log keeps every restart)",
 }
 
@@ -60,7 +61,9 @@ class SlurmSettings:
 
     ``ntasks`` is the number of MPI ranks (one per core; rank 0 coordinates, the rest train).
     ``signal_lead`` is how many seconds before the time limit Slurm sends SIGUSR1 to the batch
-    shell; ``max_restarts`` caps how often the job requeues itself after a graceful stop.
+    shell; ``no_kill`` (the default on more than one node) keeps the allocation when one of its
+    nodes fails, so the run goes on on the others; ``max_restarts`` caps how often the job
+    requeues itself after a graceful stop.
     """
 
     job_name: str = "slaq"
@@ -76,6 +79,7 @@ class SlurmSettings:
     launcher_args: tuple[str, ...] = ()
     signal_lead: int = _DEFAULT_LEAD
     requeue: bool = True
+    no_kill: bool = False  # --no-kill: losing a node leaves the allocation to the others
     max_restarts: int = 10
     output: str = "slaq-%x-%j.out"
     error: str | None = None
@@ -114,6 +118,7 @@ def settings_from_mapping(raw: Mapping[str, Any] | None, *, ranks: int = 8,
     if out["ntasks"] < out["nodes"]:
         raise ConfigError("slurm.nodes", out["nodes"], f"must be at most ntasks ({out['ntasks']})")
     out.update(_launch(given))
+    out["no_kill"] = given.get("no_kill", out["nodes"] > 1)
     limit = parse_time(given["time"])
     if "signal_lead" in given:
         out["signal_lead"] = _lead(given["signal_lead"], limit, epoch_seconds)
@@ -255,6 +260,7 @@ _SCHEMA = Schema({  # checked in this order; the keys left as given are checked 
     "launcher_args": Key(default=LEFT_OUT),
     "signal_lead": Key(default=LEFT_OUT),
     "requeue": Key(flag, default=SlurmSettings.requeue),
+    "no_kill": Key(flag, default=LEFT_OUT),
     "max_restarts": Key(integers(0), default=SlurmSettings.max_restarts),
     "output": Key(_path, nullable=True, default=SlurmSettings.output),
     "error": Key(_path, nullable=True),

@@ -44,10 +44,13 @@ _NO_REQUEUE = """\
 
 
 def render_sbatch(settings: SlurmSettings, config: str | None = None,
-                  run_dir: str | None = None) -> str:
+                  run_dir: str | None = None, package: str | None = None) -> str:
     """The batch script for ``settings``. ``config`` and ``run_dir`` are written into the script
     (absolute paths, as ``slaq submit`` passes them); when ``config`` is None the script takes
-    CONFIG.yaml [RUN_DIR] as its arguments. Pure: no files, no environment, no clock."""
+    CONFIG.yaml [RUN_DIR] as its arguments. ``package`` is the directory of the slaq_mpi
+    package the ranks run (``slaq submit`` passes its own, so the job runs the code that checked
+    it, whatever the job's working directory holds); None: the one ``slurm.python`` imports
+    when the job starts. Pure: no files, no environment, no clock."""
     s = settings
     how = _BY_HAND if config is None else f" for {config}." if config.isprintable() else "."  # one line
     lines = [_HEADER.format(lead=s.signal_lead, how=how,
@@ -62,6 +65,8 @@ def render_sbatch(settings: SlurmSettings, config: str | None = None,
                    (("partition", s.partition), ("account", s.account), ("qos", s.qos)) if v]
     directives += [f"--signal=B:USR1@{s.signal_lead}", "--requeue" if s.requeue else "--no-requeue",
                    "--open-mode=append", f"--output={s.output}"]
+    if s.no_kill:
+        directives.append("--no-kill")
     if s.error:
         directives.append(f"--error={s.error}")
     if s.chdir:
@@ -69,11 +74,12 @@ def render_sbatch(settings: SlurmSettings, config: str | None = None,
     directives += list(s.extra)
     lines += [f"#SBATCH {d}" for d in directives]
     lines.append("")
-    lines += _body(s, config, run_dir)
+    lines += _body(s, config, run_dir, package)
     return "\n".join(lines) + "\n"
 
 
-def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str]:
+def _body(s: SlurmSettings, config: str | None, run_dir: str | None,
+          package: str | None) -> list[str]:
     q = shlex.quote
     if s.launcher == "srun":
         plugin = f"--mpi={q(s.mpi)}" if s.mpi else '--mpi="$MPI_PLUGIN"'
@@ -91,6 +97,13 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
             ' slurm.setup" >&2',
             "    exit 2",
             "fi"]
+    if package is not None:
+        out += ["# the slaq_mpi the ranks run: the package slaq submit imported",
+                f"SLAQ_PKG={q(package)}"]
+    else:
+        out += ["# the slaq_mpi the ranks run: the package $PYTHON imports now (every launch of this",
+                "# job runs this one copy)",
+                f'SLAQ_PKG=$("$PYTHON" -c {q(_PACKAGE_DIR)})']
     if s.launcher == "srun" and not s.mpi:
         out += ["# slurm.mpi unset: Open MPI is launched through PMIx (if this Slurm has it), other",
                 "# MPIs through PMI-2",
@@ -99,6 +112,7 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
                 '    srun --mpi=list 2>&1 | grep -qw pmix && MPI_PLUGIN=pmix ;;',
                 "esac"]
     out.append(f"LAUNCH=({' '.join(launch)})")
+    out.append(f"LAUNCHER={s.launcher}")
     advice = ("check slurm.mpi (srun --mpi=list) or use launcher: mpiexec" if s.launcher == "srun"
               else "check the mpiexec and launcher_args of the slurm: section")
     out.append(f"LAUNCH_ADVICE={q(advice)}   # said if the launch fails before the run starts")
@@ -128,6 +142,9 @@ def _body(s: SlurmSettings, config: str | None, run_dir: str | None) -> list[str
 # initializing MPI.
 _MPI_LIBRARY = ("import slaq_mpi, mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
                 "print(MPI.Get_library_version().split(chr(0))[0].strip().splitlines()[0])")
+
+
+_PACKAGE_DIR = "import os, slaq_mpi; print(os.path.dirname(os.path.abspath(slaq_mpi.__file__)))"
 
 
 @cache

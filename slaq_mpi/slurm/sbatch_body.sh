@@ -23,6 +23,7 @@ request_stop() {
     say "got SIG$1: asking for a graceful stop"
     [ "$stop_requested" = 1 ] || ask_rank0_to_stop
     stop_requested=1
+    [ -n "$step" ] && kill -USR1 "$step" 2>/dev/null   # the supervisor: no resume after this
 }
 trap 'request_stop USR1' USR1
 trap 'request_stop TERM' TERM
@@ -37,16 +38,19 @@ else
     ARGS=(run "$CONFIG")
 fi
 
-# The step runs in the background so the traps fire while this shell waits for it. Rank 0
-# writes its pid into the run's lock file (.NAME.lock beside RUN_DIR) as it starts: if the lock
-# file still says what it said before the launch, no rank 0 ever ran (the launch failed).
+# The step runs in the background under its supervisor (slaq_mpi/slurm/supervise.py: it ends a
+# step stuck after its rank 0 ended, and resumes the run without the nodes that were lost), so
+# the traps fire while this shell waits for it. Rank 0 writes its pid into the run's lock file
+# (.NAME.lock beside RUN_DIR) as it starts: if the lock file still says what it said before the
+# launch, no rank 0 ever ran (the launch failed).
 lock_text() {
     local d; d=$(readlink -f "$RUN_DIR")
     cat "$(dirname "$d")/.$(basename "$d").lock" 2>/dev/null
 }
 say "MPI: $MPI_LIB; launcher: ${LAUNCH[*]}"
 lock_before=$(lock_text)
-"${LAUNCH[@]}" "$PYTHON" -m slaq_mpi "${ARGS[@]}" &
+"$PYTHON" "$SLAQ_PKG/slurm/supervise.py" --run-dir "$RUN_DIR" --launcher "$LAUNCHER" -- \
+    "${LAUNCH[@]}" "$PYTHON" "$SLAQ_PKG/__main__.py" "${ARGS[@]}" &
 step=$!
 [ "$stop_requested" = 1 ] && ask_rank0_to_stop   # a signal that came before the launch
 while :; do

@@ -241,7 +241,8 @@ class Submission:
 
     def script(self) -> str:
         """The batch script of this submission."""
-        return render_sbatch(self.settings, config=str(self.config), run_dir=str(self.run_dir))
+        return render_sbatch(self.settings, config=str(self.config), run_dir=str(self.run_dir),
+                             package=str(Path(__file__).resolve().parents[1]))
 
 
 def job_settings(spec: Any) -> SlurmSettings:

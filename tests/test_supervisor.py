@@ -1,0 +1,167 @@
+"""The step supervisor's decisions (slaq_mpi/slurm/supervise.py), from canned Slurm answers at
+the run_cmd boundary: which nodes are lost, whether to resume, and the command that resumes."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slaq_mpi.slurm.supervise import (
+    Supervisor,
+    expand_tasks,
+    lost_nodes,
+    relaunch_command,
+    should_relaunch,
+)
+
+SHOW_NODE = ("NodeName={n} Arch=x86_64 CoresPerSocket=1 CPUAlloc=4 CPUTot=4 CPULoad=0.50 "
+             "AvailableFeatures=(null) NodeAddr=127.0.0.1 NodeHostName={n} State={state} "
+             "ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A Partitions=emu")
+SLAQ = ["/venv/bin/python", "/venv/lib/slaq_mpi/__main__.py"]
+
+
+class FakeSlurm:
+    """Answers scontrol and srun as canned; records every command."""
+
+    def __init__(self, states: dict[str, str], probe_fails: Sequence[str] = (),
+                 hostnames: str = "n1\nn2\nn3\n") -> None:
+        self.states = states
+        self.probe_fails = set(probe_fails)
+        self.hostnames = hostnames
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
+        argv = list(argv)
+        self.calls.append(argv)
+        out, code = "", 0
+        if argv[:3] == ["scontrol", "show", "hostnames"]:
+            out = self.hostnames
+        elif argv[:3] == ["scontrol", "show", "node"]:
+            node = argv[3]
+            out = SHOW_NODE.format(n=node, state=self.states.get(node, "ALLOCATED"))
+        elif argv[0] == "srun":
+            node = argv[argv.index("-w") + 1]
+            code = 1 if node in self.probe_fails else 0
+            out = "" if code else ""
+        return subprocess.CompletedProcess(argv, code, out, "srun: error: Task launch failed" if code else "")
+
+
+def test_tasks_per_node_from_slurm() -> None:
+    assert expand_tasks("4(x3)", ["n1", "n2", "n3"]) == {"n1": 4, "n2": 4, "n3": 4}
+    assert expand_tasks("3,4(x2)", ["a", "b", "c"]) == {"a": 3, "b": 4, "c": 4}
+    with pytest.raises(ValueError, match="does not match 2 nodes"):
+        expand_tasks("4(x3)", ["a", "b"])
+    with pytest.raises(ValueError, match="not a Slurm task count"):
+        expand_tasks("four", ["a"])
+
+
+def test_a_node_slurm_marks_down_is_lost_without_a_probe() -> None:
+    slurm = FakeSlurm({"n3": "DOWN+NOT_RESPONDING"})
+    assert lost_nodes(["n1", "n2", "n3"], "n1", "7", slurm) == ["n3"]
+    probed = [c[c.index("-w") + 1] for c in slurm.calls if c[0] == "srun"]
+    assert probed == ["n2"]  # not the batch node, not the node already known down
+
+
+def test_a_node_slurm_still_lists_as_allocated_is_lost_when_its_probe_fails() -> None:
+    slurm = FakeSlurm({}, probe_fails=["n3"])
+    assert lost_nodes(["n1", "n2", "n3"], "n1", "7", slurm) == ["n3"]
+    probe = next(c for c in slurm.calls if c[0] == "srun")
+    assert "--overlap" in probe and "--jobid=7" in probe
+
+
+def test_every_node_answering_is_no_node_lost() -> None:
+    assert lost_nodes(["n1", "n2", "n3"], "n1", "7", FakeSlurm({})) == []
+
+
+@pytest.mark.parametrize(("status", "stop", "started", "relaunch"), [
+    (0, False, True, False),    # every job done
+    (1, False, True, False),    # a job failed
+    (2, False, True, False),    # bad input
+    (75, False, True, False),   # stopped on request
+    (137, False, True, True),   # the step was killed: perhaps a node is gone
+    (3, False, True, True),     # rank 0 aborted (a send to a dead rank failed)
+    (137, True, True, False),   # the job was asked to stop (scancel, time limit)
+    (137, False, False, False),  # the launch failed before any rank 0 ran
+])
+def test_when_to_resume(status: int, stop: bool, started: bool, relaunch: bool) -> None:
+    assert should_relaunch(status, stop, started) is relaunch
+
+
+def test_srun_relaunch_leaves_the_lost_nodes_out() -> None:
+    cmd = relaunch_command(["srun", "--mpi=pmi2", "--kill-on-bad-exit=1"], "srun", ["n3"],
+                           {"n1": 4, "n2": 4}, [*SLAQ, "run", "/c.yaml"], "/runs/x")
+    assert cmd == ["srun", "--overlap", "--exclude=n3", "--nodes=2", "--ntasks=8", "--mpi=pmi2",
+                   "--kill-on-bad-exit=1", *SLAQ, "run", "--resume", "/runs/x"]
+
+
+def test_mpiexec_relaunch_names_the_hosts_left() -> None:
+    cmd = relaunch_command(["/opt/mpiexec", "-n", "$SLURM_NTASKS", "-bind-to", "core"], "mpiexec",
+                           ["n2"], {"n1": 4, "n3": 3}, [*SLAQ, "run", "--resume", "/runs/x"], "/runs/x")
+    assert cmd == ["/opt/mpiexec", "-n", "7", "-hosts", "n1:4,n3:3", "-bind-to", "core", *SLAQ,
+                   "run", "--resume", "/runs/x"]
+
+
+class Scripted(Supervisor):
+    """A supervisor whose steps end as scripted (no process is started)."""
+
+    def __init__(self, statuses: list[tuple[int, bool]], slurm: FakeSlurm, launcher: str = "srun") -> None:
+        launch = ["srun", "--mpi=pmi2"] if launcher == "srun" else ["mpiexec", "-n", "12"]
+        super().__init__(Path("/runs/x"), launcher, [*launch, *SLAQ, "run", "/c.yaml"], slurm, {})
+        self.statuses = statuses
+        self.launched: list[list[str]] = []
+
+    def run_step(self, command: list[str]) -> tuple[int, bool]:
+        self.launched.append(command)
+        return self.statuses.pop(0)
+
+
+@pytest.fixture
+def allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_NUM_NODES": "3",
+                       "SLURM_TASKS_PER_NODE": "4(x3)"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("socket.gethostname", lambda: "n1")
+
+
+def test_a_lost_node_is_left_out_and_the_run_resumed(allocation: None) -> None:
+    sup = Scripted([(137, True), (0, True)], FakeSlurm({}, probe_fails=["n3"]))
+    assert sup.supervise() == 0
+    assert sup.launched[1] == ["srun", "--overlap", "--exclude=n3", "--nodes=2", "--ntasks=8",
+                               "--mpi=pmi2", *SLAQ, "run", "--resume", "/runs/x"]
+    assert sup.env["SLURM_OVERLAP"] == "1"
+
+
+def test_a_second_lost_node_is_left_out_too(allocation: None) -> None:
+    slurm = FakeSlurm({"n3": "DOWN*"}, probe_fails=["n2"])
+    sup = Scripted([(137, True), (1, True)], slurm)
+    assert sup.supervise() == 1
+    # n2 and n3 both gone: only rank 0's node is left, with 4 tasks
+    assert sup.launched[1][:5] == ["srun", "--overlap", "--exclude=n2,n3", "--nodes=1", "--ntasks=4"]
+
+
+def test_no_node_lost_ends_with_the_steps_status(allocation: None) -> None:
+    sup = Scripted([(3, True)], FakeSlurm({}))
+    assert sup.supervise() == 3 and len(sup.launched) == 1
+
+
+def test_a_stop_asked_of_the_job_is_not_resumed(allocation: None) -> None:
+    slurm = FakeSlurm({}, probe_fails=["n3"])
+    sup = Scripted([(137, True)], slurm)
+    sup.on_stop(15, None)
+    assert sup.supervise() == 137 and slurm.calls == []
+
+
+def test_fewer_than_two_tasks_left_ends_the_run(allocation: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "1(x3)")
+    sup = Scripted([(137, True)], FakeSlurm({}, probe_fails=["n2", "n3"]))
+    assert sup.supervise() == 137 and len(sup.launched) == 1
+
+
+def test_one_node_jobs_are_never_probed(allocation: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    slurm = FakeSlurm({})
+    assert Scripted([(137, True)], slurm).supervise() == 137 and slurm.calls == []
