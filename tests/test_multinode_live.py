@@ -10,14 +10,17 @@ takes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -130,13 +133,9 @@ def test_srun_puts_ranks_on_every_node() -> None:
     assert sorted(proc.stdout.split()) == list(NODES)
 
 
-@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
-def test_six_jobs_on_three_nodes_each_packed(tmp_path: Path, launcher: str) -> None:
-    extra = {}
-    if launcher == "mpiexec":  # Hydra beside this Python (pip's mpich), not a system Open MPI
-        extra["mpiexec"] = str(Path(sys.executable).parent / "mpiexec")
-    job = submit(tmp_path, launcher=launcher, **extra)
-    info = finished(job)
+def check_run(job: Submitted, info: dict[str, str]) -> None:
+    """The run ended COMPLETED with every job done, ranks on all three nodes, each job packed
+    (:func:`check_placements`), and ``slaq report`` shows the node spans."""
     log = job.log_text()
     assert info["JobState"] == "COMPLETED", f"{info}\n{log[-3000:]}"
     run = read_metrics(job.run_dir)
@@ -145,3 +144,92 @@ def test_six_jobs_on_three_nodes_each_packed(tmp_path: Path, launcher: str) -> N
     report = run_slaq(["report", str(job.run_dir), "--no-plots"], timeout=120)
     assert report.returncode == 0, report.stderr
     assert re.search(r"nodes per job \(.*hosts n1, n2, n3\)", report.stdout), report.stdout
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Submitted, dict[str, str]]:
+    """The 6-job config on 3 nodes with srun, run to its end; the reference of the node-loss test."""
+    job = submit(tmp_path_factory.mktemp("uninterrupted"))
+    return job, finished(job)
+
+
+def test_six_jobs_on_three_nodes_each_packed(uninterrupted: tuple[Submitted, dict[str, str]]) -> None:
+    check_run(*uninterrupted)
+
+
+def test_mpiexec_launcher_across_the_nodes(tmp_path: Path) -> None:
+    # Hydra beside this Python (pip's mpich), not a system Open MPI
+    job = submit(tmp_path, launcher="mpiexec", mpiexec=str(Path(sys.executable).parent / "mpiexec"))
+    check_run(job, finished(job))
+
+
+def _status(run_dir: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads((run_dir / "status.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _per_report(times: np.ndarray, period: float) -> int:
+    """The most iterations a job ran within one report period (``period`` seconds)."""
+    if len(times) == 0:
+        return 0
+    t = np.sort(times)
+    return int(np.max(np.searchsorted(t, t + period, side="left") - np.arange(len(t))))
+
+
+def test_losing_a_node_resumes_on_the_others_in_the_same_job(
+        tmp_path: Path, uninterrupted: tuple[Submitted, dict[str, str]]) -> None:
+    ref_job, ref_info = uninterrupted
+    assert ref_info["JobState"] == "COMPLETED", "the uninterrupted run failed; see its own test"
+    job = submit(tmp_path)
+    try:
+        def midway(_info: dict[str, str]) -> bool:
+            status = _status(job.run_dir)
+            running = [j for j in status.get("jobs", []) if j["status"] == "running" and j["iterations"]]
+            return float(status.get("now", 0.0)) > 8.0 and len(running) >= 3
+        job.wait_for("the run to be midway", midway)
+        killed_at = time.time()
+        print(f"{time.strftime('%T')} {kill_node('n3')}")
+        # recovery: a launch on n1 and n2 only, then a job iterating beyond where it resumed
+        job.wait_for("the resumed launch", lambda _i: (job.run_dir / "hosts.json").stat().st_mtime > killed_at
+                     and "n3" not in (job.run_dir / "hosts.json").read_text())
+        base: dict[str, int] = {}
+
+        def iterating(_info: dict[str, str]) -> bool:
+            status = _status(job.run_dir)
+            if float(status.get("updated", 0.0)) <= (job.run_dir / "hosts.json").stat().st_mtime:
+                return False
+            for j in status.get("jobs", []):
+                base.setdefault(j["name"], j["iterations"])
+            return any(j["iterations"] > base[j["name"]] for j in status["jobs"])
+        job.wait_for("an iteration after the recovery", iterating)
+        recovered = time.time() - killed_at
+        print(f"kill to first iteration after recovery: {recovered:.1f} s (target <= 30 s)")
+        info = job.wait_for("the run to end", lambda _i: "every job done" in job.log_text()
+                            or "exited with status" in job.log_text())
+        log = job.log_text()
+        assert "every job done" in log, log[-4000:]
+        assert "lost node(s) n3; resuming on n1, n2 (8 tasks)" in log, log[-4000:]
+        assert info.get("Restarts") == "0", info  # the same Slurm job, never requeued
+        ref, final = read_metrics(ref_job.run_dir), read_metrics(job.run_dir)
+        # where each job resumed, and its newest checkpoint then (iterations past it were lost
+        # with the ranks: at most one report period, as a checkpoint follows every report)
+        resumed = {}
+        for m in re.finditer(r"^job (\S+): continues from iteration (\d+) (.*)$", log, re.M):
+            later = re.search(r"newest checkpoint, at iteration (\d+)", m.group(3))
+            resumed[m.group(1)] = (int(m.group(2)), int(later.group(1)) if later else int(m.group(2)))
+        for name, ref_trace in ref.jobs.items():
+            got = final.jobs[name]
+            assert got.status == "done", (name, got.status, got.reason)
+            np.testing.assert_allclose(got.loss, ref_trace.loss, rtol=1e-9, atol=0, err_msg=name)
+            if name in resumed:
+                at, newest = resumed[name]
+                period = _per_report(np.asarray(ref_trace.time), ref.epoch_seconds)
+                print(f"job {name}: resumed at iteration {at}, newest checkpoint {newest}: "
+                      f"{newest - at} checkpointed iterations redone (one report period: {period})")
+                assert newest - at <= period, (name, newest - at, period)
+    finally:
+        job.cancel()
+        # the lost node comes back, so Slurm can finish the job's clean-up
+        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)

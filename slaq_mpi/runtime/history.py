@@ -80,13 +80,17 @@ def _roll_back(run_dir: Path, job: JobRecord) -> None:
     keep = ckpt.iteration if ckpt else 0
     for path, _why in bad:
         path.rename(path.with_name(path.name + ".corrupt"))
+    newest = max((int(f.stem) for f in checkpoint.job_dir(run_dir, job.name).glob("*.h5")
+                  if f.stem.isdigit()), default=keep)
     checkpoint.drop_after(run_dir, job.name, keep)  # written after the last save
     if bad:
         names = ", ".join(f"{p.name} ({why})" for p, why in bad)
         fallback = f"resuming from {ckpt.path.name}" if ckpt else "no good checkpoint: restarting it"
         _say(f"job {job.name}: corrupt checkpoint {names}; {fallback} at iteration {keep}")
+    later = f"; its newest checkpoint, at iteration {newest}, came after the last save" \
+        if newest > keep else ""
     _say(f"job {job.name}: continues from iteration {keep} "
-         f"({job.iterations - keep} recorded iterations will run again)")
+         f"({job.iterations - keep} recorded iterations will run again{later})")
     job.truncate(keep)
 
 

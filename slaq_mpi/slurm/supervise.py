@@ -26,6 +26,7 @@ if __name__ == "__main__" and not __package__:  # run as a file: import this ver
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -34,15 +35,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["STEP_GRACE", "Supervisor", "expand_tasks", "lost_nodes", "main", "relaunch_command",
            "should_relaunch"]
 
-STEP_GRACE = 10.0  # seconds a step may run on after its rank 0 ended before it is ended
+STEP_GRACE = 5.0  # seconds a step may run on after its rank 0 ended before it is ended
+STALL_SECONDS = 3.0  # a running job that has not iterated for this long (and
+STALL_EPOCHS = 3  # this many epochs) makes the supervisor probe the nodes
 POLL = 0.25  # seconds between looks at the step
-PROBE_TIMEOUT = 20.0  # seconds a node has to run a probe task
+PROBE_TIMEOUT = 6.0  # seconds a node has to run a probe task
+CANCEL_TIMEOUT = 3.0  # seconds Slurm's commands get to cancel a stuck step (a dead node may hold them)
 # exit statuses that are the run's own result: every job done, a job failed, bad input, stopped
 _FINAL = {0, 1, 2, 75}
 _GONE_STATES = ("DOWN", "NOT_RESPONDING", "FAIL", "DRAIN", "POWER")
@@ -87,24 +92,23 @@ def node_state(node: str, run_cmd: RunCmd) -> str:
 
 def lost_nodes(nodes: Sequence[str], here: str, job_id: str, run_cmd: RunCmd) -> list[str]:
     """The nodes of ``nodes`` that are gone: Slurm marks them down (or not responding), or a
-    one-task probe step on the node fails. ``here`` (the batch script's node) is alive."""
-    lost = []
-    for node in nodes:
-        if node == here:
-            continue
-        state = node_state(node, run_cmd)
-        if any(word in state.upper() for word in _GONE_STATES):
-            lost.append(node)
-            continue
+    one-task probe step on the node (all probed at once) fails or does not end within
+    :data:`PROBE_TIMEOUT`. ``here`` (the batch script's node) is alive."""
+    others = [n for n in nodes if n != here]
+    down = {n for n in others if any(w in node_state(n, run_cmd).upper() for w in _GONE_STATES)}
+
+    def answers(node: str) -> bool:
         try:
             probe = run_cmd(["srun", "--overlap", f"--jobid={job_id}", "-w", node, "-N1", "-n1",
                              "--mpi=none", "true"], timeout=PROBE_TIMEOUT)
         except Exception:  # no answer in time: as gone as a refusal
-            lost.append(node)
-            continue
-        if probe.returncode != 0:
-            lost.append(node)
-    return lost
+            return False
+        return probe.returncode == 0
+
+    probed = [n for n in others if n not in down]
+    with ThreadPoolExecutor(max_workers=max(1, len(probed))) as pool:
+        alive = dict(zip(probed, pool.map(answers, probed), strict=True))
+    return [n for n in others if n in down or not alive[n]]
 
 
 def should_relaunch(status: int, stop_asked: bool, rank0_started: bool) -> bool:
@@ -158,7 +162,10 @@ class Supervisor:
         self.run_cmd = run_cmd
         self.env = env
         self.stop_asked = False
-        self.excluded: list[str] = []
+        self.excluded: list[str] = []  # nodes lost so far
+        self.lost: list[str] = []  # nodes found lost while the latest step ran
+        self.ended = False  # the latest step was ended here
+        self._launched = 0.0
 
     def on_stop(self, signum: int, _frame: object) -> None:
         """The batch script was asked to stop (it tells this process with the same signal)."""
@@ -169,38 +176,106 @@ class Supervisor:
 
         return holder_of(self.run_dir) is not None
 
-    def _heartbeat_stale(self) -> bool:
+    def _heartbeat_stale(self, status: dict[str, object] | None) -> bool:
         """Rank 0 runs but has not rewritten status.json for far longer than its decisions
         take (at least 10 epochs, at least 120 s): it is stuck."""
-        status = self.run_dir / "status.json"
-        try:
-            age = time.time() - status.stat().st_mtime
-            epoch = float(json.loads(status.read_text()).get("epoch_seconds", 1.0))
-        except (OSError, ValueError):
+        if status is None:
             return False
-        return age > max(120.0, 10 * epoch)
+        try:
+            age = time.time() - float(status["updated"])  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            return False
+        return age > max(120.0, 10 * _epoch(status))
+
+    def _read_status(self) -> dict[str, object] | None:
+        try:
+            status = json.loads((self.run_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return status if isinstance(status, dict) else None
+
+    def _rank_hosts(self) -> set[str] | None:
+        """The hosts the ranks of the latest launch run on (RUN_DIR/hosts.json; None: unknown)."""
+        try:
+            return set(json.loads((self.run_dir / "hosts.json").read_text())["hosts"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def find_lost(self) -> list[str]:
+        """The nodes of the allocation (those the ranks ran on, when known) that are gone."""
+        nodes = allocation_nodes(os.environ.get("SLURM_JOB_NODELIST", ""), self.run_cmd)
+        ranks_on = self._rank_hosts()
+        alive = [n for n in nodes if n not in self.excluded and (ranks_on is None or n in ranks_on)]
+        return lost_nodes(alive, socket.gethostname(), os.environ.get("SLURM_JOB_ID", ""), self.run_cmd)
 
     def run_step(self, command: list[str]) -> tuple[int, bool]:
         """Run ``command`` to its end (ending it if stuck); returns its exit status and whether
-        rank 0 ever ran."""
+        rank 0 ever ran. Nodes found lost while it ran are kept in :attr:`lost`."""
         _say(f"launching: {' '.join(command)}")
         proc = subprocess.Popen(command, env=self.env)
+        self.lost, self.ended = [], False
         seen, ended_at = False, None
+        watch = Progress()
+        several = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1) > 1
         while proc.poll() is None:
             time.sleep(POLL)
             running = self._rank0_running()
             seen |= running
             if seen and not running and ended_at is None:
                 ended_at = time.monotonic()
-            stuck = ended_at is not None and time.monotonic() - ended_at > STEP_GRACE
-            if stuck or (running and self._heartbeat_stale()):
-                why = ("rank 0 ended but the step did not" if stuck
-                       else "rank 0 has stopped deciding")
+            status = self._read_status() if running else None
+            why = ""
+            if ended_at is not None and time.monotonic() - ended_at > STEP_GRACE:
+                why = "rank 0 ended but the step did not"
+            elif self._heartbeat_stale(status):
+                why = "rank 0 has stopped deciding"
+            elif several and status is not None and watch.stalled(status, time.monotonic()):
+                try:
+                    self.lost = self.find_lost()
+                except (RuntimeError, ValueError, OSError) as exc:
+                    _say(f"cannot tell which nodes answer ({exc})")
+                if self.lost:
+                    why = f"lost node(s) {', '.join(self.lost)}"
+            if why:
                 _say(f"{why}: ending the step")
-                _end(proc)
+                self.ended = True
+                self._end(proc)
                 break
-        status = proc.wait()
-        return (128 - status if status < 0 else status), seen or self._lock_written()
+        status_code = proc.wait()
+        code = 128 - status_code if status_code < 0 else status_code
+        return code, seen or self._lock_written()
+
+    def _end(self, proc: subprocess.Popen[bytes]) -> None:
+        """End a stuck step: its tasks killed through Slurm (on the nodes that answer), srun
+        ended, and rank 0 killed if it still holds the run directory from this node."""
+        job = os.environ.get("SLURM_JOB_ID", "")
+        if job:
+            try:
+                steps = self.run_cmd(["squeue", "-h", "-s", "-j", job, "-o", "%i"], timeout=CANCEL_TIMEOUT)
+                for step in steps.stdout.split():
+                    if step.rsplit(".", 1)[-1].isdigit():
+                        self.run_cmd(["scancel", "--signal=KILL", step], timeout=CANCEL_TIMEOUT)
+            except Exception as exc:  # srun is ended below all the same
+                _say(f"could not cancel the step through Slurm ({exc})")
+        proc.terminate()
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        from slaq_mpi.storage.rundir import holder_of
+
+        deadline = time.monotonic() + STEP_GRACE
+        while time.monotonic() < deadline:
+            holder = holder_of(self.run_dir)
+            if holder is None:
+                return
+            found = re.match(r"pid (\d+) on (\S+?),? ", holder + " ")
+            if found and found.group(2) == socket.gethostname():
+                try:
+                    os.kill(int(found.group(1)), signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(POLL)
 
     def _lock_written(self) -> bool:
         from slaq_mpi.storage.rundir import lock_path
@@ -218,14 +293,19 @@ class Supervisor:
         while True:
             self._launched = time.time()
             status, started = self.run_step(command)
+            if self.ended:  # rank 0 may have finished the run before the step was ended
+                from slaq_mpi.runtime.resume import finished_status
+
+                done = finished_status(self.run_dir)
+                if done is not None:
+                    return done
             several = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1) > 1
             if not should_relaunch(status, self.stop_asked, started) or not job or not several:
                 return status
             try:
                 nodes = allocation_nodes(os.environ.get("SLURM_JOB_NODELIST", ""), self.run_cmd)
                 tasks = expand_tasks(os.environ.get("SLURM_TASKS_PER_NODE", ""), nodes)
-                alive = [n for n in nodes if n not in self.excluded]
-                lost = lost_nodes(alive, socket.gethostname(), job, self.run_cmd)
+                lost = self.lost or self.find_lost()
             except (RuntimeError, ValueError, OSError) as exc:
                 _say(f"the step ended with status {status}; cannot tell which nodes are left ({exc})")
                 return status
@@ -262,13 +342,40 @@ class Supervisor:
         return at - 1
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    """End a stuck step: SIGTERM, then SIGKILL a few seconds later."""
-    proc.terminate()
+def _epoch(status: dict[str, object]) -> float:
     try:
-        proc.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        return max(0.01, float(status.get("epoch_seconds", 1.0)))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1.0
+
+
+class Progress:
+    """Whether the run's jobs go on: a running job whose iterations have not grown for
+    :data:`STALL_EPOCHS` epochs (at least :data:`STALL_SECONDS`) may have lost its ranks; then
+    the nodes are probed, at most once per that interval."""
+
+    def __init__(self) -> None:
+        self.iterations: dict[str, int] = {}
+        self.since: dict[str, float] = {}
+        self.probed = -math.inf
+
+    def stalled(self, status: dict[str, object], now: float) -> bool:
+        """Take ``status`` (status.json at ``now``); True when a probe is due."""
+        bound = max(STALL_SECONDS, STALL_EPOCHS * _epoch(status))
+        jobs = status.get("jobs")
+        stuck = False
+        for job in jobs if isinstance(jobs, list) else []:
+            if not isinstance(job, dict) or job.get("status") != "running":
+                continue
+            name, its = str(job.get("name")), int(job.get("iterations") or 0)
+            if self.iterations.get(name) != its:
+                self.iterations[name], self.since[name] = its, now
+            elif now - self.since[name] > bound:
+                stuck = True
+        if stuck and now - self.probed > bound:
+            self.probed = now
+            return True
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
