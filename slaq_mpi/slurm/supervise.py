@@ -36,7 +36,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["STEP_GRACE", "Supervisor", "expand_tasks", "lost_nodes", "main", "relaunch_command",
@@ -143,14 +142,6 @@ def relaunch_command(launch: Sequence[str], launcher: str, excluded: Sequence[st
 
 # --- the running step ------------------------------------------------------------------------
 
-@dataclass
-class Step:
-    """One launch of the run's ranks."""
-
-    proc: subprocess.Popen[bytes]
-    started: float
-
-
 class Supervisor:
     """Runs the step, ends it when stuck, resumes the run without lost nodes."""
 
@@ -171,10 +162,29 @@ class Supervisor:
         """The batch script was asked to stop (it tells this process with the same signal)."""
         self.stop_asked = True
 
+    def _rank0(self) -> tuple[int, str] | None:
+        """Rank 0's pid and host, as the run directory's lock file says (the latest rank 0's,
+        alive or not; None: no lock file yet)."""
+        from slaq_mpi.storage.rundir import lock_path
+
+        try:
+            text = lock_path(self.run_dir).read_text()
+        except OSError:
+            return None
+        found = re.match(r"pid (\d+) on (\S+?),? ", text + " ")
+        return (int(found.group(1)), found.group(2)) if found else None
+
     def _rank0_running(self) -> bool:
+        """Whether rank 0 runs: its process is alive, when it runs on this node (as it does
+        under srun and Hydra); elsewhere, whether the run directory's lock is held. The lock
+        file is read, never locked, on this node: a lock taken here even for an instant could
+        make a starting rank 0 find the run directory in use."""
+        rank0 = self._rank0()
+        if rank0 is not None and rank0[1] == socket.gethostname():
+            return Path(f"/proc/{rank0[0]}").exists()
         from slaq_mpi.storage.rundir import holder_of
 
-        return holder_of(self.run_dir) is not None
+        return rank0 is not None and holder_of(self.run_dir) is not None
 
     def _heartbeat_stale(self, status: dict[str, object] | None) -> bool:
         """Rank 0 runs but has not rewritten status.json for far longer than its decisions
@@ -262,17 +272,12 @@ class Supervisor:
             proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             proc.kill()
-        from slaq_mpi.storage.rundir import holder_of
-
         deadline = time.monotonic() + STEP_GRACE
-        while time.monotonic() < deadline:
-            holder = holder_of(self.run_dir)
-            if holder is None:
-                return
-            found = re.match(r"pid (\d+) on (\S+?),? ", holder + " ")
-            if found and found.group(2) == socket.gethostname():
+        while time.monotonic() < deadline and self._rank0_running():
+            rank0 = self._rank0()
+            if rank0 is not None and rank0[1] == socket.gethostname():
                 try:
-                    os.kill(int(found.group(1)), signal.SIGKILL)
+                    os.kill(rank0[0], signal.SIGKILL)
                 except OSError:
                     pass
             time.sleep(POLL)
