@@ -3,7 +3,10 @@ the run_cmd boundary: which nodes are lost, whether to resume, and the command t
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,12 +14,14 @@ from typing import Any
 import pytest
 
 from slaq_mpi.slurm.supervise import (
+    Progress,
     Supervisor,
     expand_tasks,
     lost_nodes,
     relaunch_command,
     should_relaunch,
 )
+from slaq_mpi.storage.rundir import lock_path
 
 SHOW_NODE = ("NodeName={n} Arch=x86_64 CoresPerSocket=1 CPUAlloc=4 CPUTot=4 CPULoad=0.50 "
              "AvailableFeatures=(null) NodeAddr=127.0.0.1 NodeHostName={n} State={state} "
@@ -165,3 +170,53 @@ def test_one_node_jobs_are_never_probed(allocation: None, monkeypatch: pytest.Mo
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
     slurm = FakeSlurm({})
     assert Scripted([(137, True)], slurm).supervise() == 137 and slurm.calls == []
+
+
+def _status(now: float, **iterations: int) -> dict[str, Any]:
+    return {"epoch_seconds": 1.0, "updated": now,
+            "jobs": [{"name": n, "status": "running", "iterations": i} for n, i in iterations.items()]}
+
+
+def test_a_job_that_stops_iterating_makes_a_probe_due_once_per_interval() -> None:
+    watch = Progress()
+    assert not watch.stalled(_status(0.0, a=10, b=5), 0.0)
+    assert not watch.stalled(_status(2.0, a=20, b=5), 2.0)  # b: 2 s without an iteration
+    assert watch.stalled(_status(3.5, a=30, b=5), 3.5)  # b: 3.5 s > 3 epochs, 3 s
+    assert not watch.stalled(_status(4.0, a=40, b=5), 4.0)  # probed 0.5 s ago
+    assert watch.stalled(_status(7.0, a=50, b=5), 7.0)
+
+
+def test_jobs_that_iterate_or_have_ended_make_no_probe_due() -> None:
+    watch = Progress()
+    done = {"epoch_seconds": 1.0, "jobs": [{"name": "d", "status": "done", "iterations": 9}]}
+    for t in range(20):
+        assert not watch.stalled(_status(float(t), a=t), float(t))
+        assert not watch.stalled(done, float(t))
+
+
+FAKE_STEP = """\
+#!/bin/bash
+# A step whose rank 0 ends while the launcher hangs (as srun does, waiting for a dead node).
+"$PYTHON" - "$LOCK" <<'PY' &
+import os, socket, sys, time
+open(sys.argv[1], "w").write(f"pid {os.getpid()} on {socket.gethostname()}, since now\\n")
+time.sleep(1.0)
+PY
+exec sleep 120
+"""
+
+
+@pytest.mark.slow
+def test_a_step_hanging_after_its_rank_0_ended_is_ended(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("slaq_mpi.slurm.supervise.STEP_GRACE", 0.5)
+    for key in ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES"):
+        monkeypatch.delenv(key, raising=False)
+    run_dir = tmp_path / "run"
+    step = tmp_path / "step.sh"
+    step.write_text(FAKE_STEP)
+    env = {**os.environ, "PYTHON": sys.executable, "LOCK": str(lock_path(run_dir))}
+    sup = Supervisor(run_dir, "srun", ["bash", str(step), *SLAQ, "run", "/c.yaml"], FakeSlurm({}), env)
+    status, rank0_ran = sup.run_step(["bash", str(step)])  # the step itself would sleep 120 s
+    assert rank0_ran and sup.ended
+    assert status == 128 + signal.SIGTERM
