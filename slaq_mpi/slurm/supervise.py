@@ -181,7 +181,7 @@ class Supervisor:
         make a starting rank 0 find the run directory in use."""
         rank0 = self._rank0()
         if rank0 is not None and rank0[1] == socket.gethostname():
-            return Path(f"/proc/{rank0[0]}").exists()
+            return _alive(rank0[0])
         from slaq_mpi.storage.rundir import holder_of
 
         return rank0 is not None and holder_of(self.run_dir) is not None
@@ -345,6 +345,15 @@ class Supervisor:
         if at is None or at == 0:
             raise ValueError(f"no .../__main__.py in the command {self.command}")
         return at - 1
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this node (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def _epoch(status: dict[str, object]) -> float:
