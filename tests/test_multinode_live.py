@@ -85,14 +85,11 @@ def kill_node(name: str) -> str:
     return proc.stdout.strip()
 
 
-def submit(workdir: Path, config: Path = CONFIG, jobs: list[dict[str, Any]] | None = None,
-           **slurm_keys: Any) -> Submitted:
-    """``slaq submit`` of ``config`` (its jobs replaced by ``jobs`` if given) into ``workdir``."""
+def submit(workdir: Path, **slurm_keys: Any) -> Submitted:
+    """``slaq submit`` of tests/configs/multinode.yaml into ``workdir``, with ``slurm_keys``."""
     workdir.mkdir(parents=True, exist_ok=True)
-    raw = yaml.safe_load(config.read_text())
+    raw = yaml.safe_load(CONFIG.read_text())
     raw["output_dir"] = str(workdir / "run")
-    if jobs is not None:
-        raw["jobs"] = jobs
     raw["slurm"].update({"python": sys.executable, "output": str(workdir / "slurm-%j.out"),
                          **slurm_keys})
     cfg = workdir / "multinode.yaml"
@@ -157,9 +154,12 @@ def test_six_jobs_on_three_nodes_each_packed(uninterrupted: tuple[Submitted, dic
     check_run(*uninterrupted)
 
 
+# Hydra beside this Python (pip's mpich), not a system Open MPI
+MPIEXEC: dict[str, Any] = {"launcher": "mpiexec", "mpiexec": str(Path(sys.executable).parent / "mpiexec")}
+
+
 def test_mpiexec_launcher_across_the_nodes(tmp_path: Path) -> None:
-    # Hydra beside this Python (pip's mpich), not a system Open MPI
-    job = submit(tmp_path, launcher="mpiexec", mpiexec=str(Path(sys.executable).parent / "mpiexec"))
+    job = submit(tmp_path, **MPIEXEC)
     check_run(job, finished(job))
 
 
@@ -178,11 +178,12 @@ def _per_report(times: np.ndarray, period: float) -> int:
     return int(np.max(np.searchsorted(t, t + period, side="left") - np.arange(len(t))))
 
 
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
 def test_losing_a_node_resumes_on_the_others_in_the_same_job(
-        tmp_path: Path, uninterrupted: tuple[Submitted, dict[str, str]]) -> None:
+        tmp_path: Path, uninterrupted: tuple[Submitted, dict[str, str]], launcher: str) -> None:
     ref_job, ref_info = uninterrupted
     assert ref_info["JobState"] == "COMPLETED", "the uninterrupted run failed; see its own test"
-    job = submit(tmp_path)
+    job = submit(tmp_path, **MPIEXEC) if launcher == "mpiexec" else submit(tmp_path)
     try:
         def midway(_info: dict[str, str]) -> bool:
             status = _status(job.run_dir)
@@ -205,7 +206,7 @@ def test_losing_a_node_resumes_on_the_others_in_the_same_job(
             return any(j["iterations"] > base[j["name"]] for j in status["jobs"])
         job.wait_for("an iteration after the recovery", iterating)
         recovered = time.time() - killed_at
-        print(f"kill to first iteration after recovery: {recovered:.1f} s (target <= 30 s)")
+        print(f"{launcher}: kill to first iteration after recovery: {recovered:.1f} s (target <= 30 s)")
         info = job.wait_for("the run to end", lambda _i: "every job done" in job.log_text()
                             or "exited with status" in job.log_text())
         log = job.log_text()

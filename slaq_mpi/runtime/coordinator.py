@@ -78,7 +78,8 @@ class Coordinator:
         self.record = record
         self.epoch = epoch  # decisions so far (each one starts an "epoch" of the record)
         self.workers = list(range(1, comm.world_size()))
-        self.hosts = {r: hosts[r] for r in self.workers} if hosts else None  # rank -> node
+        # rank -> node, on several nodes (placement packs jobs on nodes; metrics keep the hosts)
+        self.hosts = {r: hosts[r] for r in self.workers} if len(set(hosts)) > 1 else None
         self.link = comm.CoordinatorLink({comm.Tag.ERROR: _raise_worker_error,
                                           comm.Tag.REPORT: self._on_report,
                                           comm.Tag.SAVED: self._on_saved})
