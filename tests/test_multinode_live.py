@@ -53,7 +53,8 @@ def _cluster_problem() -> str | None:
     missing = [n for n in NODES if n not in states]
     if missing:
         return f"sinfo lists no node {', '.join(missing)} ({proc.stdout.strip()!r})"
-    down = [f"{n} {s}" for n, s in states.items() if re.match(r"down|drain|fail", s)]
+    # "*": the node does not answer (e.g. killed by an earlier kill-node and not started again)
+    down = [f"{n} {s}" for n, s in states.items() if re.match(r"down|drain|fail", s) or s.endswith("*")]
     return f"nodes not up: {', '.join(down)}" if down else None
 
 
