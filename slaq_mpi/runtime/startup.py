@@ -127,12 +127,14 @@ def _fresh_run_dir(spec: ExperimentSpec) -> None:
 
 
 def _say_hosts(run_dir: Path, hosts: list[str]) -> None:
-    """Rank 0: say which nodes the ranks run on, and keep the rank-to-host map in
-    RUN_DIR/hosts.json (read by the Slurm supervisor to find the ranks of a lost node)."""
+    """Rank 0, on several nodes: say which nodes the ranks run on, and keep the rank-to-host
+    map in RUN_DIR/hosts.json (read by the Slurm supervisor to find the ranks of a lost node)."""
     per_host = Counter(hosts)
-    if len(per_host) > 1:
-        print("slaq: ranks on " + ", ".join(f"{h} ({n})" for h, n in sorted(per_host.items())),
-              flush=True)
+    if len(per_host) == 1:  # one node: nothing to say or keep
+        (run_dir / HOSTS_FILE).unlink(missing_ok=True)
+        return
+    print("slaq: ranks on " + ", ".join(f"{h} ({n})" for h, n in sorted(per_host.items())),
+          flush=True)
     with replacing(run_dir / HOSTS_FILE, run_dir / f".{HOSTS_FILE}.tmp") as tmp:
         tmp.write_text(json.dumps({"hosts": hosts}))
 
