@@ -18,7 +18,7 @@ from slaq_mpi.policies import get_policy
 from slaq_mpi.report.evaluation import common_l_star, comparison_window
 from slaq_mpi.report.summary import summarize_runs
 from slaq_mpi.sim import ScalingModel, SimJob, simulate
-from slaq_mpi.sim.bound import bound_metrics
+from slaq_mpi.sim.bound import bound_metrics, capacity_job_seconds
 from slaq_mpi.sim.oracle import OraclePolicy
 
 CONFIG = {
@@ -160,14 +160,45 @@ def test_bound_is_below_every_policy(jobs: list[SimJob], capacity: int, epoch: f
         runs[name] = simulate(jobs, policy, capacity=capacity, epoch_seconds=epoch,
                               epoch_model=model, reconfigure_seconds=reconfigure)
     rows, _ = summarize_runs(runs)
-    bound = bound_metrics(jobs, capacity, common_l_star(runs.values()),
-                          comparison_window(runs.values()))
+    l_star, window = common_l_star(runs.values()), comparison_window(runs.values())
+    bound = bound_metrics(jobs, capacity, l_star, window)
+    capacity_part = capacity_job_seconds(jobs, capacity, l_star, window)
+    assert capacity_part <= bound["normalized_loss_job_s"] + 1e-12
     for name, row in rows.items():
+        assert capacity_part <= row["normalized_loss_job_s"] * (1 + 1e-9) + 1e-9, name
         assert bound["normalized_loss_job_s"] <= row["normalized_loss_job_s"] * (1 + 1e-9) + 1e-9, name
         for key in ("mean_time_to_90", "mean_time_to_95"):
             if row[f"reached_{key[-2:]}"] == len(jobs):  # every job reached it: each is later
                 assert bound[key] <= row[key] * (1 + 1e-9) + 1e-9, (name, key)
         assert math.isfinite(bound["normalized_loss_job_s"])
+
+
+def _two_step_job(name: str) -> SimJob:
+    """A job of two one-second iterations on one core whose loss falls to L* only at its end."""
+    curve = np.array([2.0, 1.0, 1.0])
+    return SimJob(name=name, algorithm="logreg", convergence="sublinear", arrival=0.0, curve=curve,
+                  l_star=1.0, scaling=ScalingModel(work=1.0, overhead=0.0, comm=0.0), max_cores=1,
+                  stop_iter=2, max_iterations=2)
+
+
+def test_capacity_bound_counts_the_queue() -> None:
+    # three such jobs on one core: each one's last iteration (weight 1) is released at 1 s and
+    # takes the only core 1 s; served one after the other and counted by the fraction left,
+    # they weigh 1 + 0.5, 2 + 0.5 and 3 + 0.5 job-seconds (7.5). Alone, each would end at 2 s
+    # (6); any real schedule ends them at 2, 4 and 6 s at the earliest (12).
+    jobs = [_two_step_job(name) for name in "abc"]
+    l_star = dict.fromkeys("abc", 1.0)
+    assert capacity_job_seconds(jobs, 1, l_star, None) == pytest.approx(7.5)
+    # in a window to 2.5 s: the second is half served at its end, the third not at all
+    assert capacity_job_seconds(jobs, 1, l_star, (0.0, 2.5)) == pytest.approx(1.5 + 2.375 + 2.5)
+    # on two cores each takes 0.5 s: 1.25 + 1.75 + 2.25, below the alone bound (6)
+    assert capacity_job_seconds(jobs, 2, l_star, None) == pytest.approx(5.25)
+    assert bound_metrics(jobs, 2, l_star, None)["normalized_loss_job_s"] == pytest.approx(6.0)
+    bound = bound_metrics(jobs, 1, l_star, None)["normalized_loss_job_s"]
+    assert bound == pytest.approx(7.5)
+    run = simulate(jobs, get_policy("fifo"), capacity=1, epoch_seconds=1.0)
+    rows, _ = summarize_runs({"fifo": run})
+    assert rows["fifo"]["normalized_loss_job_s"] >= bound
 
 
 def test_draws_out_is_reported_and_plotted(config_file: Path, tmp_path: Path,
