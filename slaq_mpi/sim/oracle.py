@@ -38,18 +38,33 @@ class OraclePolicy:
     def __init__(self) -> None:
         self._truth: dict[str, tuple[np.ndarray, SimJob]] = {}
         self._iters: dict[tuple[str, int, float], np.ndarray] = {}
+        # per (job, max_cores, span), the last gains and the ``done`` they are for: a job reports
+        # about once an epoch and decisions come more often, so many see the same ``done``
+        self._last: dict[tuple[str, int, float], tuple[int, np.ndarray]] = {}
 
     def bind_truth(self, jobs: Mapping[str, SimJob]) -> None:
         """Give the policy the simulated jobs (their true curves and scaling models)."""
         self._truth = {name: (job.normalized_curve(), job) for name, job in jobs.items()}
         self._iters = {}
+        self._last = {}
 
     def _gains(self, job_id: str, done: int, max_cores: int, epoch: float) -> np.ndarray:
         """True normalized loss reduction over the next epoch with 0..n cores.
 
         n is at most ``max_cores`` and never past the core count that minimizes the job's
-        seconds per iteration (more cores only slow it down).
+        seconds per iteration (more cores only slow it down). The array returned is shared:
+        callers do not change it.
         """
+        key = (job_id, max_cores, epoch)
+        last = self._last.get(key)
+        if last is not None and last[0] == done:
+            return last[1]
+        gains = self._new_gains(job_id, done, max_cores, epoch)
+        self._last[key] = (done, gains)
+        return gains
+
+    def _new_gains(self, job_id: str, done: int, max_cores: int, epoch: float) -> np.ndarray:
+        """:meth:`_gains`, computed."""
         if job_id not in self._truth:
             raise KeyError(f"oracle: no truth for job {job_id!r}; it runs only in the simulator")
         curve, job = self._truth[job_id]
