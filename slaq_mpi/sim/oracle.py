@@ -41,12 +41,14 @@ class OraclePolicy:
         # per (job, max_cores, span), the last gains and the ``done`` they are for: a job reports
         # about once an epoch and decisions come more often, so many see the same ``done``
         self._last: dict[tuple[str, int, float], tuple[int, np.ndarray]] = {}
+        self._margs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def bind_truth(self, jobs: Mapping[str, SimJob]) -> None:
         """Give the policy the simulated jobs (their true curves and scaling models)."""
         self._truth = {name: (job.normalized_curve(), job) for name, job in jobs.items()}
         self._iters = {}
         self._last = {}
+        self._margs = {}
 
     def _gains(self, job_id: str, done: int, max_cores: int, epoch: float) -> np.ndarray:
         """True normalized loss reduction over the next epoch with 0..n cores.
@@ -83,6 +85,17 @@ class OraclePolicy:
         pos = np.minimum(iters, stop - here)
         return np.concatenate(([0.0], seg[0] - np.interp(pos, np.arange(len(seg)), seg)))
 
+    def _marginals(self, job_id: str, gains: np.ndarray) -> np.ndarray:
+        """The positive marginal gains of one more core, made non-increasing, of ``gains``
+        (from :meth:`_gains`, at least 2 cores; kept while the job's gains are the same)."""
+        last = self._margs.get(job_id)
+        if last is not None and last[0] is gains:
+            return last[1]
+        m = np.minimum.accumulate(np.diff(gains[1:]))
+        m = m[m > 0]
+        self._margs[job_id] = (gains, m)
+        return m
+
     def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
         """Cores per job id: one each, then the largest true marginal reductions.
 
@@ -107,13 +120,11 @@ class OraclePolicy:
         for i, j in enumerate(jobs):
             g = gains[j.job_id]
             if len(g) > 2:
-                m = np.minimum.accumulate(np.diff(g[1:]))
-                m = m[m > 0]
-                margs.append(m)
-                owner.append(np.full(len(m), i))
+                margs.append(self._marginals(j.job_id, g))
+                owner.append(i)
         if left > 0 and margs:
             flat = np.concatenate(margs)
-            who = np.concatenate(owner)
+            who = np.repeat(np.array(owner, dtype=np.int64), [len(m) for m in margs])
             if len(flat) > left:
                 top = np.argpartition(-flat, left - 1)[:left]
                 who = who[top]
