@@ -9,14 +9,16 @@ from slaq_mpi.runtime.transitions import Transitions
 
 
 def _settle(t: Transitions) -> list[tuple[str, str]]:
-    """Carry the placement out as the coordinator does, every release asked answered at once;
-    returns the actions in order."""
+    """Carry the placement out as the coordinator does, every release asked answered at once
+    and every released job's checkpoint written next; returns the actions in order."""
     actions: list[tuple[str, str]] = []
     for _ in range(100):
         release, start = t.steps()
         actions += [("release", j) for j in release] + [("start", j) for j in start]
-        if not release and not start and not t.releasing:
+        if not release and not start and not t.releasing and not t.unsaved:
             return actions
+        for job in sorted(t.unsaved):
+            t.saved(job)
         for job in sorted(t.releasing):
             t.ended(job, finished=False)
     raise AssertionError(f"no progress: {t.running} -> {t.target}, releasing {t.releasing}")
@@ -72,5 +74,44 @@ def test_random_placements_never_share_a_rank_and_always_settle() -> None:
         assert len(busy) == len(set(busy)), t.running
         for job in rng.sample(sorted(t.releasing), len(t.releasing) // 2):  # some answer late
             t.ended(job, finished=False)
+        for job in rng.sample(sorted(t.unsaved), len(t.unsaved) // 2):  # some written late
+            t.saved(job)
     _settle(t)
     assert t.running == t.target
+
+
+def test_a_restart_takes_the_state_from_its_holder_or_waits_for_the_checkpoint() -> None:
+    t = Transitions()
+    t.retarget({"a": (2, 3), "b": (4, 5)})
+    _settle(t)
+    t.retarget({"a": (1, 2, 3), "b": (5,)})  # a grows with its leader, b shrinks off it
+    assert t.steps() == (["a", "b"], [])
+    t.ended("a", finished=False)
+    t.ended("b", finished=False)
+    assert t.steps() == ([], ["a"])  # a's new ranks hold its holder: at once, from memory
+    assert t.source("a") == 2
+    assert "b" in t.unsaved and t.source("b") == -1  # b's holder 4 is not among its ranks
+    assert t.steps() == ([], [])  # so b waits for its checkpoint
+    t.saved("b")
+    assert t.steps() == ([], ["b"]) and t.source("b") == -1
+
+
+def test_a_holder_given_other_work_drops_the_state_it_held() -> None:
+    t = Transitions()
+    t.retarget({"a": (1, 2), "b": (3,)})
+    _settle(t)
+    t.retarget({"b": (3,)})
+    t.steps()
+    t.ended("a", finished=False)  # rank 1 holds a's state
+    t.retarget({"b": (1, 3)})
+    assert t.steps() == (["b"], [])
+    t.ended("b", finished=False)
+    assert t.steps() == ([], ["b"]) and t.source("b") == 3
+    assert "a" not in t.holders  # rank 1 trains b now
+    t.retarget({"a": (1, 2), "b": (3,)})
+    assert t.steps() == (["b"], [])
+    t.ended("b", finished=False)
+    t.saved("b")
+    assert t.steps() == ([], ["b"])  # a waits: its state is on disk only once rank 1 says so
+    t.saved("a")
+    assert t.steps() == ([], ["a"]) and t.source("a") == -1

@@ -45,6 +45,7 @@ class Tag(enum.IntEnum):
     START = 13  # a rank's reason to refuse the start, to rank 0
     ASSIGN = 14  # rank 0's Assign, to a worker rank
     RELEASE = 15  # rank 0's ask to stop a job for a move, to its leader
+    SAVED = 16  # a released job's checkpoint is on disk: (job, iteration), to rank 0
 
 
 _START_MESSAGE_MAX = 4000  # characters: well below mpi4py's 32 KiB receive buffer
@@ -138,23 +139,47 @@ class MPIGroup:
     ``sleep_waits``: its collectives wait sleeping (the node's ranks outnumber its CPUs)."""
 
     def __init__(self, comm: MPI.Comm, control: MPI.Comm | None = None,
-                 sleep_waits: bool = False) -> None:
+                 sleep_waits: bool = False, control_ready: MPI.Request | None = None) -> None:
         self._comm = comm
         self._control = control  # slaq's own exchanges (None: on ``comm``)
+        self._control_ready = control_ready  # the control communicator's Idup, until complete
         self._sleep_waits = sleep_waits
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
+        self._pending: tuple[MPI.Request, np.ndarray, np.ndarray] | None = None
+
+    def _control_comm(self) -> MPI.Comm:
+        if self._control_ready is not None:
+            _complete(self._control_ready, _COLLECTIVE)
+            self._control_ready = None
+        return self._control if self._control is not None else self._comm
 
     def control_max(self, values: np.ndarray, deadline: float | None = None) -> np.ndarray | None:
         """Element-wise max of a few control values over the group, on a communicator of its
         own, so it can never be matched with a solver's collective (a rank whose solver raised
         does not meet its peers inside the solver's allreduce). None if ``deadline``
         (``time.monotonic()``) passes first: some rank of the group is not coming."""
+        self.post_control(values)
+        return self.control_result(deadline)
+
+    def post_control(self, values: np.ndarray) -> None:
+        """Start :meth:`control_max` of ``values`` without waiting (at most one in flight):
+        :meth:`control_result` gives its result, later."""
+        assert self._pending is None, "one control exchange at a time"
         send = np.ascontiguousarray(values, dtype=np.float64)
         out = np.empty_like(send)
-        comm = self._control if self._control is not None else self._comm
-        done, _ = _complete(comm.Iallreduce(send, out, op=MPI.MAX), _COLLECTIVE, deadline)
-        return out if done else None  # not done: the request stays pending, the caller ends the run
+        self._pending = (self._control_comm().Iallreduce(send, out, op=MPI.MAX), send, out)
+
+    def control_result(self, deadline: float | None = None) -> np.ndarray | None:
+        """The result of the control exchange :meth:`post_control` started (waiting, sleeping,
+        until it completes); None if ``deadline`` passes first (it stays pending)."""
+        assert self._pending is not None, "no control exchange in flight"
+        request, _send, out = self._pending
+        done, _ = _complete(request, _COLLECTIVE, deadline)
+        if not done:
+            return None  # the caller ends the run
+        self._pending = None
+        return out
 
     def allreduce(self, array: np.ndarray, op: ReduceOp = "sum") -> np.ndarray:
         """Element-wise reduction over the group; every rank gets the result."""
@@ -166,12 +191,16 @@ class MPIGroup:
             self._comm.Allreduce(send, out, op=_OPS[op])
         return out
 
-    def bcast(self, obj: Any) -> Any:
-        """The group leader's Python object, on every rank of the group."""
-        return self._comm.bcast(obj, root=0)
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """The Python object of the group's rank ``root`` (the leader by default), on every
+        rank of the group."""
+        return self._comm.bcast(obj, root=root)
 
     def free(self) -> None:
         """Release the communicators."""
+        if self._control_ready is not None:
+            _complete(self._control_ready, _COLLECTIVE)
+            self._control_ready = None
         if self._control is not None:
             self._control.Free()
             self._control = None
@@ -187,13 +216,15 @@ def world_group() -> MPIGroup:
 def job_group(ranks: Sequence[int], tag: int, sleep_waits: bool = False) -> MPIGroup:
     """Collective over ``ranks`` only (world ranks, this one among them): their new group, in
     world-rank order. Concurrent calls over disjoint rank sets do not meet; ``tag`` tells
-    apart calls that could."""
+    apart calls that could. The group's control communicator is duplicated without waiting:
+    the first control exchange completes it."""
     members = _WORLD.Get_group().Incl(sorted(ranks))
     try:
         new = _WORLD.Create_group(members, tag)
     finally:
         members.Free()
-    return MPIGroup(new, new.Dup(), sleep_waits)
+    control, ready = new.Idup()
+    return MPIGroup(new, control, sleep_waits, ready)
 
 
 def barrier() -> None:
@@ -259,12 +290,13 @@ class _Sends:
 class CoordinatorLink:
     """Rank 0's end of a run's messages: it sends assignments and asks to release a job, and
     hands every report or error that arrives to the handler of its tag (``handlers``:
-    ``Tag.REPORT`` gets a :class:`Report`, ``Tag.ERROR`` a worker's error mapping).
+    ``Tag.REPORT`` gets a :class:`Report`, ``Tag.ERROR`` a worker's error mapping,
+    ``Tag.SAVED`` a released job's ``(job, iteration)`` whose checkpoint is on disk).
 
     Created by the coordinator for the run; :meth:`close` ends it.
     """
 
-    ORDER = (Tag.ERROR, Tag.REPORT)  # an error is handled before any report
+    ORDER = (Tag.ERROR, Tag.REPORT, Tag.SAVED)  # an error is handled before any report
 
     def __init__(self, handlers: Mapping[Tag, Handler]) -> None:
         self._handlers = dict(handlers)
@@ -325,8 +357,9 @@ class WorkerLink:
         self._mark = world_collectives()
         self._releases = 0  # asks to release taken
 
-    def wait_assign(self) -> Assign:
-        """Wait (sleeping, not spinning) for rank 0's next assignment."""
+    def wait_assign(self, between: Callable[[], object] | None = None) -> Assign:
+        """Wait (sleeping, not spinning) for rank 0's next assignment; ``between`` is called
+        between tests."""
         got: list[Assign] = []
 
         def arrived() -> bool:
@@ -335,7 +368,7 @@ class WorkerLink:
                 return True
             return False
 
-        _IDLE.wait(arrived)
+        _IDLE.wait(arrived, between=between)
         return got[0]
 
     def released(self) -> set[str]:
@@ -349,6 +382,10 @@ class WorkerLink:
     def send_report(self, report: Report) -> None:
         """A job leader: send ``report`` to rank 0 without waiting for delivery."""
         self._sends.add(_WORLD.isend(report, dest=0, tag=Tag.REPORT))
+
+    def send_saved(self, job: str, iteration: int) -> None:
+        """Tell rank 0 that the checkpoint of a job this rank released is on disk."""
+        self._sends.add(_WORLD.isend((job, iteration), dest=0, tag=Tag.SAVED))
 
     def post_error(self, info: Mapping[str, str]) -> None:
         """Post an unrecoverable error to rank 0 without waiting for delivery."""

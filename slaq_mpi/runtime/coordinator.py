@@ -77,7 +77,8 @@ class Coordinator:
         self.epoch = epoch  # decisions so far (each one starts an "epoch" of the record)
         self.workers = list(range(1, comm.world_size()))
         self.link = comm.CoordinatorLink({comm.Tag.ERROR: _raise_worker_error,
-                                          comm.Tag.REPORT: self._on_report})
+                                          comm.Tag.REPORT: self._on_report,
+                                          comm.Tag.SAVED: self._on_saved})
         self.policy = get_policy(spec.policy, **spec.policy_params)
         self._specs = {j.name: j for j in spec.jobs}
         self.data: dict[str, str] = {}
@@ -243,7 +244,7 @@ class Coordinator:
                 record.status = "running"
             ranks = self.moves.running[job]
             order = Assign(job, ranks, record.iterations, self.data[job], self._specs[job],
-                           tag=list(self.record.jobs).index(job))
+                           tag=list(self.record.jobs).index(job), source=self.moves.source(job))
             for rank in ranks:
                 self.link.assign(rank, order)
 
@@ -263,11 +264,16 @@ class Coordinator:
             if report.status == "failed":
                 _say(f"job {report.job} failed: {report.reason}")
 
+    def _on_saved(self, saved: tuple[str, int]) -> None:
+        """A released job's checkpoint is on disk (the link's handler for ``Tag.SAVED``)."""
+        self.moves.saved(saved[0])
+        self._changed = True
+
     def _shutdown(self) -> None:
         """Release every job (each checkpoints), then tell every worker to exit."""
         self.moves.retarget({})
         self._changed = True
-        while not self.moves.idle:
+        while not self.moves.idle or self.moves.unsaved:
             if self._changed:
                 self._carry_out()
             self.link.wait()

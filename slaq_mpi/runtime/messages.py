@@ -24,6 +24,8 @@ class Assign:
         releases: with ``job`` None, how many asks to release a job rank 0 has sent this rank
             in the run: the rank takes those it has not taken (asks for jobs that had already
             ended) before it exits, so none is left unmatched.
+        source: the world rank among ``ranks`` that holds the job's state in memory (the
+            leader that released it), or -1: the new leader reads the checkpoint.
     """
 
     job: str | None
@@ -33,6 +35,7 @@ class Assign:
     spec: JobSpec | None = None
     tag: int = 0
     releases: int = 0
+    source: int = -1
 
 
 @dataclass
@@ -43,7 +46,8 @@ class Report:
     ``end_times`` are wall-clock (``time.time()``) ends of each iteration since the previous
     report; ``status`` is ``running``, ``done`` or ``failed`` (then ``reason`` says why).
     ``released``: the job stopped on rank 0's request (:data:`~slaq_mpi.runtime.comm.Tag.RELEASE`)
-    after these iterations and its checkpoint of them is written; its ranks are free.
+    after these iterations; its ranks are free, its leader keeps its state in memory and
+    writes its checkpoint (then sends :data:`~slaq_mpi.runtime.comm.Tag.SAVED`).
     """
 
     job: str

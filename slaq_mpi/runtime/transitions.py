@@ -7,6 +7,11 @@ checkpoints), then started on its new ranks once every one of them is free. A jo
 ranks another job still trains on keeps training on its old ranks until they are free, so
 only the ranks that wait for a move idle. Jobs waiting on each other's ranks (a cycle) are
 released together.
+
+A released job's state stays in the memory of the leader that released it (its holder) until
+that rank is given work again: a restart on ranks that include the holder takes the state
+from it; any other restart waits until the holder says the job's checkpoint is on disk
+(:meth:`Transitions.saved`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ class Transitions:
         self.running: dict[str, tuple[int, ...]] = {}
         self.target: dict[str, tuple[int, ...]] = {}
         self.releasing: set[str] = set()
+        self.holders: dict[str, int] = {}  # released job -> the rank holding its state
+        self.unsaved: set[str] = set()  # released jobs whose checkpoint is not yet on disk
 
     def retarget(self, target: Mapping[str, tuple[int, ...]]) -> None:
         """A new placement (jobs absent from it hold no ranks)."""
@@ -31,9 +38,24 @@ class Transitions:
         """``job`` stopped on its ranks: released, or ``finished`` (done or failed: it leaves
         the placement too). Returns the ranks now free."""
         self.releasing.discard(job)
+        ranks = self.running.pop(job, ())
         if finished:
             self.target.pop(job, None)
-        return self.running.pop(job, ())
+            self.holders.pop(job, None)
+        elif ranks:
+            self.holders[job] = min(ranks)
+            self.unsaved.add(job)
+        return ranks
+
+    def saved(self, job: str) -> None:
+        """The checkpoint of the released ``job`` is on disk: it may restart on any ranks."""
+        self.unsaved.discard(job)
+
+    def source(self, job: str) -> int:
+        """The rank from whose memory ``job`` (started by :meth:`steps`) takes its state, or -1:
+        from its checkpoint."""
+        holder = self.holders.get(job, -1)
+        return holder if holder in self.running.get(job, ()) else -1
 
     def busy(self) -> set[int]:
         """The ranks some job trains on."""
@@ -52,10 +74,17 @@ class Transitions:
         self.releasing.update(release)
         start = []
         for job, ranks in sorted(self.target.items()):
-            if job not in self.running and not set(ranks) & busy:
-                start.append(job)
-                self.running[job] = ranks
-                busy.update(ranks)
+            if job in self.running or set(ranks) & busy:
+                continue
+            if job in self.unsaved and self.holders.get(job) not in ranks:
+                continue  # its checkpoint is not on disk yet
+            start.append(job)
+            self.running[job] = ranks
+            busy.update(ranks)
+        for job in start:  # a holder given work drops the state it kept
+            for other, holder in list(self.holders.items()):
+                if holder in self.running[job] and (other != job or self.source(job) == -1):
+                    del self.holders[other]
         return sorted(release), start
 
     @property

@@ -1,12 +1,18 @@
 """Worker ranks (1..N-1): train the job rank 0 assigns, until it ends or rank 0 moves it.
 
 A job's ranks iterate without pause. Between chunks of iterations (each at most
-:data:`CHUNK_SECONDS` long, one iteration at least) they agree, in one tiny allreduce over the
-job's own control communicator, on whether a solver raised, the next chunk's size and whether
-to stop for a move; the leader (the job's lowest rank) sends rank 0 a report about once per
-``epoch_seconds`` and writes a checkpoint in the background after it. Asked to release the
-job, the ranks stop at the next chunk boundary, the leader writes the checkpoint before
-reporting, and every rank waits, sleeping, for its next assignment.
+:data:`CHUNK_SECONDS` long, one iteration at least) they exchange, in one tiny non-blocking
+allreduce over the job's own control communicator, whether a solver raised, the next chunk's
+size and whether to stop for a move; the exchange started at one chunk boundary is read at the
+next, so it overlaps the chunk instead of pausing the job. A job whose solver ends it (done,
+failed) agrees on it at once. The leader (the job's lowest rank) sends rank 0 a report about
+once per ``epoch_seconds`` and writes a checkpoint in the background after it.
+
+Asked to release the job, the ranks stop at the chunk boundary after the one where the leader
+saw the ask; the leader keeps the job's state in memory, reports at once and writes the
+checkpoint in the background, telling rank 0 when it is on disk. If the job restarts on ranks
+that include that leader, the state goes from its memory to the new group; else the new
+leader reads the checkpoint (rank 0 waits for it to be on disk).
 """
 
 from __future__ import annotations
@@ -70,16 +76,18 @@ class Worker:
         self._chunk_seconds = min(CHUNK_SECONDS, spec.epoch_seconds / 8)
         self._setup_error = ""  # the job's solver raised while being built or restored
         self._pace = [self._chunk_seconds]  # the latest iterations' seconds
+        self._kept: tuple[str, int, dict[str, np.ndarray], float] | None = None  # a released
+        # job's (name, iterations, state, last loss), for its restart on a group with this rank
+        self._unsaved: tuple[str, int] | None = None  # a released job whose checkpoint is being written
 
     def run(self) -> None:
         """Train the jobs rank 0 assigns until it says the run is over."""
         for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _ignore)  # rank 0 stops the run, releasing every job
         while True:
-            order = self.link.wait_assign()
+            order = self.link.wait_assign(between=self._confirm_saved)
             if order.job is None:
                 break
-            self._join_writer()
             self._start(order)  # an error escapes with self.job still naming the job
             self._iterate()
             self._drop()
@@ -106,6 +114,15 @@ class Worker:
             self._writer = None
         if self._writer_error is not None:
             raise CheckpointWriteError(self._writer_job, self._writer_error)
+        if self._unsaved is not None:
+            self.link.send_saved(*self._unsaved)
+            self._unsaved = None
+
+    def _confirm_saved(self) -> None:
+        """Once the checkpoint of a job this rank released is written, tell rank 0 (a restart
+        without this rank reads it). Checked while waiting and between chunks."""
+        if self._unsaved is not None and not (self._writer is not None and self._writer.is_alive()):
+            self._join_writer()
 
     def _write(self, *args: object) -> None:
         try:
@@ -113,20 +130,25 @@ class Worker:
         except BaseException as exc:  # surfaced by _join_writer on the main thread
             self._writer_error = exc
 
-    def _checkpoint(self, background: bool) -> None:
-        """The leader: write the job's checkpoint of its iterations so far, in the background
-        while the job trains on, or now (a moved job's new ranks read it). Joined before the
-        next write, before the next assignment and before exit."""
+    def _checkpoint(self, released: bool = False) -> None:
+        """The leader: write the job's checkpoint of its iterations so far in the background,
+        while the job trains on or this rank waits. Joined before the next write and before
+        exit. ``released``: the job stops for a move; its state is
+        kept in memory for its restart, and rank 0 is told when the file is written."""
         assert self.job is not None and self.solver is not None
         self._join_writer()
-        if self.iteration == self._saved:
+        if released:
+            state = checkpoint.state_arrays(self.solver.get_state(), self.job)
+            self._kept = (self.job, self.iteration, state, self.last_loss)
+            self._unsaved = (self.job, self.iteration)  # confirmed once the file is written
+            if self.iteration == self._saved:
+                return
+        elif self.iteration == self._saved:
             return
-        state = checkpoint.state_arrays(self.solver.get_state(), self.job)
+        else:
+            state = checkpoint.state_arrays(self.solver.get_state(), self.job)
         args = (self.run_dir, self.job, self.iteration, self.last_loss, state)
         self._saved = self.iteration
-        if not background:
-            checkpoint.write(*args)
-            return
         self._writer_job = self.job
         self._writer = threading.Thread(target=self._write, args=args, daemon=False)
         self._writer.start()
@@ -152,13 +174,20 @@ class Worker:
         self._state_checked = False
         self._setup_error = ""
         self._pace = [self._chunk_seconds]
+        kept, self._kept = self._kept, None
         state = None
-        if order.iterations > 0 and group.rank == 0:
-            path = checkpoint.job_dir(self.run_dir, job_name) / f"{order.iterations:08d}.h5"
-            ckpt = checkpoint.read(path)
-            state = (ckpt.state, ckpt.last_loss)
+        root = members.index(order.source) if order.source in members else 0
+        if order.iterations > 0 and group.rank == root:
+            if order.source == self.rank:
+                assert kept is not None and kept[:2] == (job_name, order.iterations), \
+                    f"rank {self.rank} was to restart {job_name} from memory but holds {kept and kept[:2]}"
+                state = ({k: v.copy() for k, v in kept[2].items()}, kept[3])
+            else:
+                path = checkpoint.job_dir(self.run_dir, job_name) / f"{order.iterations:08d}.h5"
+                ckpt = checkpoint.read(path)
+                state = (ckpt.state, ckpt.last_loss)
         if order.iterations > 0:
-            state = group.bcast(state)
+            state = group.bcast(state, root)
         try:
             solver = load_solver(job.algorithm)(group, shard, job.hyperparameters, job.seed)
         except Exception as exc:
@@ -185,39 +214,50 @@ class Worker:
     def _iterate(self) -> None:
         """Train the job until it ends or rank 0 releases it (see the module docstring)."""
         assert self.group is not None and self.job is not None
-        leader = self.group.rank == 0
-        report = Report(self.job, self.group.size)
+        group = self.group
+        leader = group.rank == 0
+        report = Report(self.job, group.size)
         next_report = time.monotonic() + self.spec.epoch_seconds
         error = self._setup_error
         if error:
             report.status, report.reason = "failed", error
-        chunk = 0  # the first check comes before any step: a solver may have failed to build
-        while True:
-            if chunk:
+        # before any step, in step: the solver may have failed to build on some rank
+        pace = _chunk_size(self._pace, self._chunk_seconds) if leader else 0
+        flags = self._agree(error, pace, False, posted=False)
+        chunk = int(flags[1])
+        if flags[0] and report.status != "failed":
+            report.status, report.reason = "failed", _peer_raised(self.iteration + 1)
+        if report.status == "running":
+            group.post_control(np.array([0.0, float(pace), 0.0]))
+            while True:
                 error = self._run_chunk(report, chunk)
-            next_chunk, release = 0, False
-            if leader and report.status == "running":
-                next_chunk = _chunk_size(self._pace, self._chunk_seconds)
-                release = self.job in self.link.released()
-            flags = self._agree(error, next_chunk, release)
-            if flags[0] and report.status != "failed":
-                report.status = "failed"
-                report.reason = (f"solver raised on another rank of the group at iteration "
-                                 f"{self.iteration + 1} (see the log)")
-            if report.status != "running" or flags[2]:
-                break
-            if leader and time.monotonic() >= next_report:
-                self.link.send_report(report)
-                self._checkpoint(background=True)
-                report = Report(self.job, self.group.size)
-                next_report = time.monotonic() + self.spec.epoch_seconds
-            chunk = int(flags[1])
+                ended = report.status != "running"
+                next_chunk, release = 0, False
+                if leader and not ended:
+                    next_chunk = _chunk_size(self._pace, self._chunk_seconds)
+                    release = self.job in self.link.released()
+                previous = self._agree_posted()  # started at the previous boundary
+                if ended:  # every rank of the job ends at this boundary: agree on it now
+                    flags = self._agree(error, 0, False, posted=False)
+                    if flags[0] and report.status != "failed":
+                        report.status, report.reason = "failed", _peer_raised(self.iteration)
+                    break
+                if previous[2]:  # released
+                    break
+                group.post_control(np.array([0.0, float(next_chunk), float(release)]))
+                chunk = int(previous[1])
+                self._confirm_saved()
+                if leader and time.monotonic() >= next_report:
+                    self.link.send_report(report)
+                    self._checkpoint()
+                    report = Report(self.job, group.size)
+                    next_report = time.monotonic() + self.spec.epoch_seconds
         if leader:
-            if report.status == "running":  # released: the new ranks read this checkpoint
-                self._checkpoint(background=False)
+            if report.status == "running":  # released
+                self._checkpoint(released=True)
                 report.released = True
             elif report.status == "done":
-                self._checkpoint(background=True)
+                self._checkpoint()
             self.link.send_report(report)
 
     def _run_chunk(self, report: Report, chunk: int) -> str:
@@ -258,19 +298,20 @@ class Worker:
                 break
         return ""
 
-    def _agree(self, error: str, next_chunk: int, release: bool) -> np.ndarray:
+    def _agree(self, error: str, next_chunk: int, release: bool, posted: bool) -> np.ndarray:
         """The group's element-wise max of (a solver raised, the leader's next chunk size,
-        stop for a move).
+        stop for a move): exchanged now, or (``posted``) the exchange started at the previous
+        chunk boundary.
 
         Raises:
             SolverError: this rank's solver raised and the other ranks did not come: they are
                 inside the solver's own collective, waiting for this one.
         """
         assert self.group is not None
+        if not posted:
+            self.group.post_control(np.array([float(bool(error)), float(next_chunk), float(release)]))
         patience = max(STUCK_SECONDS, 2 * self.spec.epoch_seconds)
-        flags = self.group.control_max(
-            np.array([float(bool(error)), float(next_chunk), float(release)]),
-            deadline=time.monotonic() + patience if error else None)
+        flags = self.group.control_result(deadline=time.monotonic() + patience if error else None)
         if flags is None:
             raise SolverError(
                 f"job {self.job}: its solver raised on this rank ({error}), and the job's other "
@@ -278,6 +319,16 @@ class Worker:
                 "collective. A solver must raise on every rank of the job or on none "
                 "(docs/solvers.md); the run stops, resume it once the solver is fixed")
         return flags
+
+    def _agree_posted(self) -> np.ndarray:
+        """The exchange started at the previous chunk boundary (:meth:`_agree`)."""
+        return self._agree("", 0, False, posted=True)
+
+
+def _peer_raised(iteration: int) -> str:
+    """The failure reason of a job whose solver raised on another rank of its group."""
+    return (f"solver raised on another rank of the group at iteration {iteration} "
+            "(see the log)")
 
 
 def _ignore(_signum: int, _frame: object) -> None:
