@@ -182,20 +182,20 @@ def _two_step_job(name: str) -> SimJob:
 
 
 def test_capacity_bound_counts_the_queue() -> None:
-    # three such jobs on one core: each one's last iteration (weight 1) is released at 1 s and
-    # takes the only core 1 s; served one after the other and counted by the fraction left,
-    # they weigh 1 + 0.5, 2 + 0.5 and 3 + 0.5 job-seconds (7.5). Alone, each would end at 2 s
-    # (6); any real schedule ends them at 2, 4 and 6 s at the earliest (12).
+    # three such jobs on one core: each one's two iterations are one unit (the first drops
+    # nothing) of weight 1 and 2 core-seconds, released at 0; served one after the other and
+    # counted by the fraction left, they weigh 1, 2 + 1 and 4 + 1 job-seconds (9). Alone, each
+    # would end at 2 s (6); any real schedule ends them at 2, 4 and 6 s at the earliest (12).
     jobs = [_two_step_job(name) for name in "abc"]
     l_star = dict.fromkeys("abc", 1.0)
-    assert capacity_job_seconds(jobs, 1, l_star, None) == pytest.approx(7.5)
-    # in a window to 2.5 s: the second is half served at its end, the third not at all
-    assert capacity_job_seconds(jobs, 1, l_star, (0.0, 2.5)) == pytest.approx(1.5 + 2.375 + 2.5)
-    # on two cores each takes 0.5 s: 1.25 + 1.75 + 2.25, below the alone bound (6)
-    assert capacity_job_seconds(jobs, 2, l_star, None) == pytest.approx(5.25)
+    assert capacity_job_seconds(jobs, 1, l_star, None) == pytest.approx(9.0)
+    # in a window to 2.5 s: the second is a quarter served at its end, the third not at all
+    assert capacity_job_seconds(jobs, 1, l_star, (0.0, 2.5)) == pytest.approx(1.0 + 2.4375 + 2.5)
+    # on two cores each takes 1 s: 0.5 + 1.5 + 2.5, below the alone bound (6)
+    assert capacity_job_seconds(jobs, 2, l_star, None) == pytest.approx(4.5)
     assert bound_metrics(jobs, 2, l_star, None)["normalized_loss_job_s"] == pytest.approx(6.0)
     bound = bound_metrics(jobs, 1, l_star, None)["normalized_loss_job_s"]
-    assert bound == pytest.approx(7.5)
+    assert bound == pytest.approx(9.0)
     run = simulate(jobs, get_policy("fifo"), capacity=1, epoch_seconds=1.0)
     rows, _ = summarize_runs({"fifo": run})
     assert rows["fifo"]["normalized_loss_job_s"] >= bound

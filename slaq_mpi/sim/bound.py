@@ -16,9 +16,12 @@ takes at least ``c`` core-seconds (the fewest its scaling model spends on an ite
 core count), it cannot start before ``arrival + (k - 1) * fastest`` and the cluster gives at
 most ``capacity`` core-seconds per second. Any policy's run, its cores counted as the units they
 serve (pauses and waits only waste them), is a preemptive schedule of these units on one
-machine of speed ``capacity``, without the order of a job's iterations. For every such
-schedule and time, the weight of the units not yet complete is at least their weight times
-their unprocessed fraction, and the preemptive schedule that always serves the released unit
+machine of speed ``capacity``, without the order of a job's iterations, except that the
+iterations of no drop are one unit with the first iteration of a drop after them (that
+iteration cannot start before they end, so the unit's weight by its unserved fraction is still
+at most its weight unfinished). For every such schedule and time, the weight of the units not
+yet complete is at least their weight times their unprocessed fraction, and the preemptive
+schedule that always serves the released unit
 with the largest weight per second of work makes that sum the smallest at every time at once
 (the exchange argument of the mean-busy-time relaxation of one-machine scheduling with release
 dates). Its integral over the window is therefore below every policy's job-seconds; it binds
@@ -88,9 +91,10 @@ def capacity_job_seconds(jobs: Sequence[SimJob], capacity: int, l_star: Mapping[
             continue
         d = _drops(job, l_star.get(job.name, 0.0))
         keep = np.flatnonzero(d > 0)
-        rel.append(job.arrival + keep * fastest_seconds(job, capacity))
+        first = np.concatenate(([0], keep[:-1] + 1))  # with the iterations of no drop before it
+        rel.append(job.arrival + first * fastest_seconds(job, capacity))
         wt.append(d[keep])
-        work.append(np.full(len(keep), least_core_seconds(job, capacity) / capacity))
+        work.append((keep + 1 - first) * (least_core_seconds(job, capacity) / capacity))
         start.append(np.full(len(keep), max(job.arrival, lo)))
     if not rel:
         return 0.0
