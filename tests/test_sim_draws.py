@@ -138,6 +138,7 @@ def workloads(draw: st.DrawFn) -> list[SimJob]:
         wiggle = draw(st.floats(0.0, 0.3))
         k = np.arange(length + 1, dtype=np.float64)
         curve = 1.0 + np.exp(-rate * k) + wiggle * 0.05 * np.sin(k)  # not always decreasing
+        curve[: draw(st.integers(0, 4))] = curve[0]  # a plateau first, as k-means starts
         jobs.append(SimJob(
             name=f"j{i}", algorithm="logreg", convergence="sublinear",
             arrival=draw(st.floats(0.0, 20.0)), curve=curve, l_star=float(curve.min()),
