@@ -18,7 +18,7 @@ from slaq_mpi.policies import get_policy
 from slaq_mpi.report.evaluation import common_l_star, comparison_window
 from slaq_mpi.report.summary import summarize_runs
 from slaq_mpi.sim import ScalingModel, SimJob, simulate
-from slaq_mpi.sim.bound import bound_metrics, capacity_job_seconds
+from slaq_mpi.sim.bound import _blocks, bound_metrics, capacity_job_seconds
 from slaq_mpi.sim.oracle import OraclePolicy
 
 CONFIG = {
@@ -200,6 +200,16 @@ def test_capacity_bound_counts_the_queue() -> None:
     run = simulate(jobs, get_policy("fifo"), capacity=1, epoch_seconds=1.0)
     rows, _ = summarize_runs({"fifo": run})
     assert rows["fifo"]["normalized_loss_job_s"] >= bound
+
+
+def test_capacity_bound_blocks_follow_the_concave_majorant() -> None:
+    # summed drops: concave, every iteration its own block
+    assert _blocks(np.array([0.0, 0.6, 0.9, 1.0])).tolist() == [1, 2, 3]
+    # a first iteration of no drop, then a small drop and the drop to 0 at the end: one block,
+    # as the job cannot end without running them all
+    assert _blocks(np.array([0.0, 0.0, 0.5, 1.0])).tolist() == [3]
+    # a plateau, a steep drop, a slow tail and the end
+    assert _blocks(np.array([0.0, 0.0, 0.0, 0.8, 0.85, 0.9, 1.0])).tolist() == [3, 6]
 
 
 def test_draws_out_is_reported_and_plotted(config_file: Path, tmp_path: Path,

@@ -10,22 +10,25 @@ it ends no earlier. Integrated over the same window with the same L*, the bound'
 are at most any policy's. It ignores that the jobs share the cluster.
 
 *Capacity* (:func:`capacity_job_seconds`): a job's normalized loss, while it is active, is at
-least the sum of the drops ``d_k`` of its running-minimum curve (the last one down to 0, at
-its end) over the iterations ``k`` it has not finished. Every iteration is a unit of work: it
-takes at least ``c`` core-seconds (the fewest its scaling model spends on an iteration, on any
-core count), it cannot start before ``arrival + (k - 1) * fastest`` and the cluster gives at
-most ``capacity`` core-seconds per second. Any policy's run, its cores counted as the units they
+least the sum of the drops ``d_k`` of its running-minimum curve (the last one down to 0, at its
+end) over the iterations ``k`` it has not finished. Every iteration is a unit of work: it takes
+at least ``c`` core-seconds (the fewest its scaling model spends on an iteration, on any core
+count), it cannot start before ``arrival + (k - 1) * fastest`` and the cluster gives at most
+``capacity`` core-seconds per second. Any policy's run, its cores counted as the units they
 serve (pauses and waits only waste them), is a preemptive schedule of these units on one
-machine of speed ``capacity``, without the order of a job's iterations, except that the
-iterations of no drop are one unit with the first iteration of a drop after them (that
-iteration cannot start before they end, so the unit's weight by its unserved fraction is still
-at most its weight unfinished). For every such schedule and time, the weight of the units not
-yet complete is at least their weight times their unprocessed fraction, and the preemptive
-schedule that always serves the released unit
-with the largest weight per second of work makes that sum the smallest at every time at once
-(the exchange argument of the mean-busy-time relaxation of one-machine scheduling with release
-dates). Its integral over the window is therefore below every policy's job-seconds; it binds
-when the cluster is loaded, where the alone bound does not.
+machine of speed ``capacity``, in blocks: a job's iterations, which run in order, are cut into
+consecutive blocks at the vertices of the least concave majorant of its summed drops, so that
+no first iterations of a block weigh more on average than the block; a block is one unit (its
+weight, work and first release the sums and the first of its iterations'), and as its
+iterations run in order, its weight by its unserved fraction is at most theirs. Its last block
+holds the drop to 0 at the job's end with the iterations that lead to it: ending a job costs
+all of them. Without the order of the blocks (a relaxation): for every such schedule and time,
+the weight of the units not yet complete is at least their weight times their unprocessed
+fraction, and the preemptive schedule that always serves the released unit with the largest
+weight per second of work makes that sum the smallest at every time at once (the exchange
+argument of the mean-busy-time relaxation of one-machine scheduling with release dates). Its
+integral over the window is therefore below every policy's job-seconds; it binds when the
+cluster is loaded, where the alone bound does not.
 
 The bounds are on the model's speeds without noise: with
 ``simulation.time_noise`` above 0 an iteration can run faster than its model, and the bounds are
@@ -75,6 +78,23 @@ def _drops(job: SimJob, l_star: float) -> np.ndarray:
     return np.append(-np.diff(low[:n]), low[n - 1])
 
 
+def _blocks(cum: np.ndarray) -> np.ndarray:
+    """The last iteration of each block: the vertices after 0 of the least concave majorant of
+    ``cum`` (a job's drops summed up to each iteration, ``cum[0] = 0``). Within a block no
+    first iterations weigh more, on average, than the whole block."""
+    hull: list[int] = [0]
+    for k in range(1, len(cum)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # drop b when it lies on or below the chord from a to k
+            if (cum[b] - cum[a]) * (k - a) <= (cum[k] - cum[a]) * (b - a):
+                hull.pop()
+            else:
+                break
+        hull.append(k)
+    return np.array(hull[1:], dtype=np.int64)
+
+
 def capacity_job_seconds(jobs: Sequence[SimJob], capacity: int, l_star: Mapping[str, float],
                          window: tuple[float, float] | None) -> float:
     """The capacity bound on normalized-loss job-seconds (see the module's docstring): the
@@ -89,13 +109,16 @@ def capacity_job_seconds(jobs: Sequence[SimJob], capacity: int, l_star: Mapping[
     for job in jobs:
         if job.arrival >= hi:
             continue
-        d = _drops(job, l_star.get(job.name, 0.0))
-        keep = np.flatnonzero(d > 0)
-        first = np.concatenate(([0], keep[:-1] + 1))  # with the iterations of no drop before it
+        cum = np.concatenate(([0.0], np.cumsum(_drops(job, l_star.get(job.name, 0.0)))))
+        ends = _blocks(cum)
+        first = np.concatenate(([0], ends[:-1]))
+        weight = cum[ends] - cum[first]
+        keep = weight > 0
+        first, ends, weight = first[keep], ends[keep], weight[keep]
         rel.append(job.arrival + first * fastest_seconds(job, capacity))
-        wt.append(d[keep])
-        work.append((keep + 1 - first) * (least_core_seconds(job, capacity) / capacity))
-        start.append(np.full(len(keep), max(job.arrival, lo)))
+        wt.append(weight)
+        work.append((ends - first) * (least_core_seconds(job, capacity) / capacity))
+        start.append(np.full(len(weight), max(job.arrival, lo)))
     if not rel:
         return 0.0
     order = np.argsort(np.concatenate(rel), kind="stable")
