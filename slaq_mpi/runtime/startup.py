@@ -5,11 +5,13 @@ work (every other rank)."""
 from __future__ import annotations
 
 import argparse
+import sys
+import traceback
 from pathlib import Path
 
 from slaq_mpi._text import count
 from slaq_mpi.config.experiment import ExperimentSpec
-from slaq_mpi.errors import EXIT_BAD_INPUT, NO_VALUE, ConfigError
+from slaq_mpi.errors import EXIT_ABORTED, EXIT_BAD_INPUT, NO_VALUE, ConfigError
 from slaq_mpi.runtime import comm
 from slaq_mpi.runtime.launch import check_start, read_spec
 from slaq_mpi.runtime.resume import finished_status, say_finished
@@ -45,9 +47,15 @@ def run_rank(args: argparse.Namespace, started: float) -> int:
         from slaq_mpi.runtime.coordinator import run_coordinator
 
         return run_coordinator(spec, run_dir, resume)
-    from slaq_mpi.runtime.worker import Worker
+    try:
+        from slaq_mpi.runtime.worker import Worker
 
-    worker = Worker(spec, run_dir, sleep_waits=busy > cpus)
+        worker = Worker(spec, run_dir, sleep_waits=busy > cpus)
+    except Exception:  # rank 0 would wait for this rank forever: end the run now
+        print(f"slaq: error on rank {rank} ({comm.hostname()}) at its start:\n"
+              f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+        comm.abort(EXIT_ABORTED)
+        return EXIT_ABORTED
     try:
         worker.run()
     except Exception as exc:
