@@ -43,10 +43,9 @@ from slaq_mpi.runtime.job_reports import absorb
 from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.runtime.moves_seen import MovesSeen
 from slaq_mpi.runtime.placement import place
+from slaq_mpi.runtime.record_saver import RecordSaver
 from slaq_mpi.runtime.timing import next_decision
 from slaq_mpi.runtime.transitions import Transitions
-from slaq_mpi.storage import checkpoint
-from slaq_mpi.storage.durable import replacing
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 from slaq_mpi.storage.rundir import STOP_FILE, remove_stop
 from slaq_mpi.storage.status_file import RunStatus, job_status, run_utilization, write_status
@@ -94,6 +93,7 @@ class Coordinator:
         self._pruned: dict[str, int] = {}  # job -> the iterations its checkpoints were pruned to
         self._last_decision = math.nan
         self._saved_at = -math.inf  # experiment time of the last save of the record
+        self.saver = RecordSaver(run_dir, STATE_FILE)
 
     # --- time and signals -------------------------------------------------------------
 
@@ -123,6 +123,9 @@ class Coordinator:
 
     def run(self) -> int:
         """Run the experiment to the end (or to a requested stop); returns the exit status."""
+        # the record saver's thread holds the GIL in each HDF5 call: switch back to the loop
+        # within a millisecond (the default is 5 ms)
+        sys.setswitchinterval(0.001)
         self._prepare_data()
         self._t0 = time.monotonic() - self._elapsed  # the experiment's clock starts with its data
         self._save(finished=False)  # from now on the directory is resumable
@@ -143,7 +146,7 @@ class Coordinator:
                 if self._changed:
                     self._carry_out()  # the moves first: the files can wait, the ranks cannot
                 if now >= self._saved_at + self.spec.epoch_seconds:
-                    self._save(finished=False)
+                    self._save(finished=False, background=True)
                 self._write_status("running")
                 due = self._next_decision(self.now())
             if self._changed:
@@ -312,19 +315,21 @@ class Coordinator:
         _say(f"metrics: {os.path.join(where, 'metrics.h5')} (table and plots: slaq report "
              f"{shlex.quote(where)})")
 
-    def _save(self, finished: bool) -> None:
+    def _save(self, finished: bool, background: bool = False) -> None:
+        """Save the record and the state a resume starts from (:class:`RecordSaver`): in the
+        background during the run, skipped if the previous save is still being written."""
+        if background and self.saver.busy:
+            return
         elapsed = self._saved_at = self.now()
         self.record.attrs["stopped"] = elapsed
         # where a resume starts, in the same atomic write as the history it continues
         self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
-        self.record.write(self.run_dir / "metrics.h5")
-        with replacing(self.run_dir / STATE_FILE, self.run_dir / f".{STATE_FILE}.tmp") as tmp:
-            tmp.write_text(json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished,
-                                       "draining": self.admission.draining, "open": self.spec.open}))
-        for job in self.record.jobs.values():  # what is saved now needs no older checkpoint
-            if self._pruned.get(job.name, 0) != job.iterations:
-                checkpoint.prune(self.run_dir, job.name, job.iterations)
-                self._pruned[job.name] = job.iterations
+        state = json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished,
+                            "draining": self.admission.draining, "open": self.spec.open})
+        prune = [(job.name, job.iterations) for job in self.record.jobs.values()
+                 if self._pruned.get(job.name, 0) != job.iterations]
+        self._pruned.update(prune)
+        self.saver.save(self.record.run_data(), state, prune, background)
 
 
 def _raise_worker_error(info: dict[str, str]) -> NoReturn:
