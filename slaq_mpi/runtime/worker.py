@@ -38,7 +38,7 @@ from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.storage import checkpoint
 
 STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
-CHUNK_SECONDS = 0.1  # the longest run of iterations between two checks (an eighth of an epoch if less)
+CHUNK_SECONDS = 0.03  # the longest run of iterations between two checks (an eighth of an epoch if less)
 
 
 class SolverError(RuntimeError):
