@@ -24,7 +24,9 @@ whichever runtime the Python running it imports (printed first):
 Usage: python benchmarks/utilization.py [--workload a,b,c,d] [--policy slaq,fair] [--seed S]
        [--quick] [--keep DIR] [--timeout S] [--reports N]
 Prints progress lines, then one JSON line last:
-{"a": {"slaq": {...}, "fair": {...}}, ..., "reports_per_s_rank0": x, ...}.
+{"a": {"slaq": {...}, "fair": {...}}, ..., "reports_per_s_rank0": x, ..., "commit": the git
+commit of the code measured ("+edits" if its checkout had uncommitted changes),
+"load_average": the machine's 1, 5 and 15-minute load averages at the end}.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import pickle
 import signal
 import subprocess
@@ -340,12 +343,26 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def code_commit(code: Path) -> str:
+    """The git commit of the checkout holding ``code`` ("+edits" if it has uncommitted
+    changes), or "unknown" outside git."""
+    def git(*cmd: str) -> str:
+        out = subprocess.run(["git", "-C", str(code), *cmd], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "unknown"
+    return head + ("+edits" if git("status", "--porcelain", "--", ".") else "")
+
+
 def main() -> None:
     args = parse_args()
     import slaq_mpi
 
     code = str(Path(slaq_mpi.__file__).resolve().parent)
-    say(f"code under test: {code} (python {sys.executable}); seed {args.seed}"
+    commit = code_commit(Path(code))
+    say(f"code under test: {code} at {commit} (python {sys.executable}); seed {args.seed}"
         + (", quick" if args.quick else ""))
     if not Path(code).is_relative_to(ROOT):
         say(f"note: the slaq_mpi imported is not this checkout's ({ROOT})")
@@ -367,7 +384,8 @@ def main() -> None:
     say(f"rank 0 report handling ({path}): {rate:,.0f} reports per CPU second "
         f"({wall_rate:,.0f} per wall second)")
     result.update(reports_per_s_rank0=round(rate), reports_per_wall_s_rank0=round(wall_rate),
-                  report_path=path, seed=args.seed, quick=args.quick, code=code)
+                  report_path=path, seed=args.seed, quick=args.quick, code=code,
+                  commit=commit, load_average=[round(x, 2) for x in os.getloadavg()])
     print(json.dumps(result))
 
 

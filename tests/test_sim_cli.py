@@ -572,4 +572,4 @@ def test_simulate_reports_the_bound(config_file: Path, capsys: pytest.CaptureFix
     data = json.loads(cap.out.strip().splitlines()[-1])
     bound = data["bound"]["normalized_loss_job_s"]
     assert 0 < bound <= min(r["normalized_loss_job_s"] for r in data["policies"].values())
-    assert "bound (every job alone on all the cores it may use" in cap.err
+    assert "bound (every job alone on all the cores it may use from its arrival, or the cluster" in cap.err

@@ -18,7 +18,7 @@ from slaq_mpi.policies import get_policy
 from slaq_mpi.report.evaluation import common_l_star, comparison_window
 from slaq_mpi.report.summary import summarize_runs
 from slaq_mpi.sim import ScalingModel, SimJob, simulate
-from slaq_mpi.sim.bound import bound_metrics
+from slaq_mpi.sim.bound import _blocks, bound_metrics, capacity_job_seconds
 from slaq_mpi.sim.oracle import OraclePolicy
 
 CONFIG = {
@@ -138,6 +138,7 @@ def workloads(draw: st.DrawFn) -> list[SimJob]:
         wiggle = draw(st.floats(0.0, 0.3))
         k = np.arange(length + 1, dtype=np.float64)
         curve = 1.0 + np.exp(-rate * k) + wiggle * 0.05 * np.sin(k)  # not always decreasing
+        curve[: draw(st.integers(0, 4))] = curve[0]  # a plateau first, as k-means starts
         jobs.append(SimJob(
             name=f"j{i}", algorithm="logreg", convergence="sublinear",
             arrival=draw(st.floats(0.0, 20.0)), curve=curve, l_star=float(curve.min()),
@@ -160,14 +161,55 @@ def test_bound_is_below_every_policy(jobs: list[SimJob], capacity: int, epoch: f
         runs[name] = simulate(jobs, policy, capacity=capacity, epoch_seconds=epoch,
                               epoch_model=model, reconfigure_seconds=reconfigure)
     rows, _ = summarize_runs(runs)
-    bound = bound_metrics(jobs, capacity, common_l_star(runs.values()),
-                          comparison_window(runs.values()))
+    l_star, window = common_l_star(runs.values()), comparison_window(runs.values())
+    bound = bound_metrics(jobs, capacity, l_star, window)
+    capacity_part = capacity_job_seconds(jobs, capacity, l_star, window)
+    assert capacity_part <= bound["normalized_loss_job_s"] + 1e-12
     for name, row in rows.items():
+        assert capacity_part <= row["normalized_loss_job_s"] * (1 + 1e-9) + 1e-9, name
         assert bound["normalized_loss_job_s"] <= row["normalized_loss_job_s"] * (1 + 1e-9) + 1e-9, name
         for key in ("mean_time_to_90", "mean_time_to_95"):
             if row[f"reached_{key[-2:]}"] == len(jobs):  # every job reached it: each is later
                 assert bound[key] <= row[key] * (1 + 1e-9) + 1e-9, (name, key)
         assert math.isfinite(bound["normalized_loss_job_s"])
+
+
+def _two_step_job(name: str) -> SimJob:
+    """A job of two one-second iterations on one core whose loss falls to L* only at its end."""
+    curve = np.array([2.0, 1.0, 1.0])
+    return SimJob(name=name, algorithm="logreg", convergence="sublinear", arrival=0.0, curve=curve,
+                  l_star=1.0, scaling=ScalingModel(work=1.0, overhead=0.0, comm=0.0), max_cores=1,
+                  stop_iter=2, max_iterations=2)
+
+
+def test_capacity_bound_counts_the_queue() -> None:
+    # three such jobs on one core: each one's two iterations are one unit (the first drops
+    # nothing) of weight 1 and 2 core-seconds, released at 0; served one after the other and
+    # counted by the fraction left, they weigh 1, 2 + 1 and 4 + 1 job-seconds (9). Alone, each
+    # would end at 2 s (6); any real schedule ends them at 2, 4 and 6 s at the earliest (12).
+    jobs = [_two_step_job(name) for name in "abc"]
+    l_star = dict.fromkeys("abc", 1.0)
+    assert capacity_job_seconds(jobs, 1, l_star, None) == pytest.approx(9.0)
+    # in a window to 2.5 s: the second is a quarter served at its end, the third not at all
+    assert capacity_job_seconds(jobs, 1, l_star, (0.0, 2.5)) == pytest.approx(1.0 + 2.4375 + 2.5)
+    # on two cores each takes 1 s: 0.5 + 1.5 + 2.5, below the alone bound (6)
+    assert capacity_job_seconds(jobs, 2, l_star, None) == pytest.approx(4.5)
+    assert bound_metrics(jobs, 2, l_star, None)["normalized_loss_job_s"] == pytest.approx(6.0)
+    bound = bound_metrics(jobs, 1, l_star, None)["normalized_loss_job_s"]
+    assert bound == pytest.approx(9.0)
+    run = simulate(jobs, get_policy("fifo"), capacity=1, epoch_seconds=1.0)
+    rows, _ = summarize_runs({"fifo": run})
+    assert rows["fifo"]["normalized_loss_job_s"] >= bound
+
+
+def test_capacity_bound_blocks_follow_the_concave_majorant() -> None:
+    # summed drops: concave, every iteration its own block
+    assert _blocks(np.array([0.0, 0.6, 0.9, 1.0])).tolist() == [1, 2, 3]
+    # a first iteration of no drop, then a small drop and the drop to 0 at the end: one block,
+    # as the job cannot end without running them all
+    assert _blocks(np.array([0.0, 0.0, 0.5, 1.0])).tolist() == [3]
+    # a plateau, a steep drop, a slow tail and the end
+    assert _blocks(np.array([0.0, 0.0, 0.0, 0.8, 0.85, 0.9, 1.0])).tolist() == [3, 6]
 
 
 def test_draws_out_is_reported_and_plotted(config_file: Path, tmp_path: Path,

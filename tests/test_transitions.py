@@ -115,3 +115,16 @@ def test_a_holder_given_other_work_drops_the_state_it_held() -> None:
     assert t.steps() == ([], ["b"])  # a waits: its state is on disk only once rank 1 says so
     t.saved("a")
     assert t.steps() == ([], ["a"]) and t.source("a") == -1
+
+
+def test_a_job_growing_into_quick_stopping_ranks_stops_with_them() -> None:
+    t = Transitions()
+    t.retarget({"a": (1, 2), "b": (3, 4), "c": (5, 6)})
+    _settle(t)
+    t.retarget({"a": (1,), "b": (2, 3, 4), "c": (5,), "d": (6,)})  # b grows into a's rank 2
+    assert t.steps(quick={"a", "c"}) == (["a", "b", "c"], [])  # a stops quickly: b stops too
+    t2 = Transitions()
+    t2.retarget({"a": (1, 2), "b": (3, 4)})
+    _settle(t2)
+    t2.retarget({"a": (1,), "b": (2, 3, 4)})
+    assert t2.steps(quick={"b"}) == (["a"], [])  # a may take long to stop: b trains on

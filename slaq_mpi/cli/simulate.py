@@ -126,8 +126,10 @@ def bound_line(rows: dict[str, dict[str, float]], bound: dict[str, float]) -> st
     lb = bound.get("normalized_loss_job_s", math.nan)
     above = ", ".join(f"{n} +{(r['normalized_loss_job_s'] / lb - 1) * 100:.1f}%"
                       for n, r in rows.items() if lb > 0 and math.isfinite(r["normalized_loss_job_s"]))
-    return (f"bound (every job alone on all the cores it may use from its arrival; no policy goes "
-            f"below it): loss job-s {lb:.1f}" + (f"; above it: {above}" if above else ""))
+    return (f"bound (every job alone on all the cores it may use from its arrival, or the "
+            f"cluster's core-seconds given to the largest loss drops per core-second first, "
+            f"whichever is higher; no policy goes below it): loss job-s {lb:.1f}"
+            + (f"; above it: {above}" if above else ""))
 
 
 def _simulate_draws(args: argparse.Namespace, spec: Any) -> int:

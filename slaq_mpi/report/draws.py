@@ -82,8 +82,10 @@ def format_draws(ds: Draws) -> str:
     body.append(["bound"] + [_cell(ds.values("bound", k), f) if k in _BOUND_KEYS else "-"
                              for k, _, f in DRAW_METRICS])
     lines += _table(head, body)
-    lines.append("bound: every job alone on all the cores it may use from its arrival (no policy "
-                 "can go below it); the oracle is a clairvoyant greedy, not an optimum")
+    lines.append("bound: job-seconds, the higher of every job alone on all the cores it may use "
+                 "from its arrival and the cluster's core-seconds given to the largest loss drops "
+                 "per core-second first; t90/t95, every job alone (no policy can go below it); "
+                 "the oracle is a clairvoyant greedy, not an optimum")
     if len(ds.policies) > 1:
         lines.append(f"change against {base} per draw, % (negative: lower): median (IQR)")
         lines += _table(head, [[p] + [_cell(_change(ds.values(p, k), ds.values(base, k)), ".1f", True)

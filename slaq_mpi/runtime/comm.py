@@ -55,7 +55,7 @@ _world_calls = [0]  # world collectives this process entered (see world_collecti
 _PATIENT = Backoff(first=0.0002, longest=0.002)  # waits for another rank's message or arrival
 # a job's collective on an oversubscribed node: a collective whose peers are ready is quick
 _COLLECTIVE = Backoff(first=0.0001, longest=0.0001, spins=20)
-_IDLE = Backoff(first=0.0002, longest=0.02)  # a free rank waiting for its next assignment
+_IDLE = Backoff(first=0.0002, longest=0.005)  # a free rank waiting for its next assignment
 
 
 def world_rank() -> int:

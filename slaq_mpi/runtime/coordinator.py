@@ -44,10 +44,9 @@ from slaq_mpi.runtime.job_reports import absorb
 from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.runtime.moves_seen import MovesSeen
 from slaq_mpi.runtime.placement import assignments, place
+from slaq_mpi.runtime.record_saver import RecordSaver
 from slaq_mpi.runtime.timing import next_decision
 from slaq_mpi.runtime.transitions import Transitions
-from slaq_mpi.storage import checkpoint
-from slaq_mpi.storage.durable import replacing
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 from slaq_mpi.storage.rundir import STOP_FILE, remove_stop
 from slaq_mpi.storage.status_file import RunStatus, job_status, run_utilization, write_status
@@ -56,6 +55,7 @@ __all__ = ["STATE_FILE", "Coordinator", "new_record", "resume_record", "run_coor
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 _STOP_CHECK = 0.05  # seconds: a stop signal or STOP file is seen within this long
+QUICK_STOP_SECONDS = 0.1  # a job whose latest iteration took at most this stops soon when asked
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only
 
 
@@ -98,6 +98,7 @@ class Coordinator:
         self._pruned: dict[str, int] = {}  # job -> the iterations its checkpoints were pruned to
         self._last_decision = math.nan
         self._saved_at = -math.inf  # experiment time of the last save of the record
+        self.saver = RecordSaver(run_dir, STATE_FILE)
 
     # --- time and signals -------------------------------------------------------------
 
@@ -127,6 +128,9 @@ class Coordinator:
 
     def run(self) -> int:
         """Run the experiment to the end (or to a requested stop); returns the exit status."""
+        # the record saver's thread holds the GIL in each HDF5 call: switch back to the loop
+        # within a millisecond (the default is 5 ms)
+        sys.setswitchinterval(0.001)
         self._prepare_data()
         self._t0 = time.monotonic() - self._elapsed  # the experiment's clock starts with its data
         self._save(finished=False)  # from now on the directory is resumable
@@ -147,7 +151,7 @@ class Coordinator:
                 if self._changed:
                     self._carry_out()  # the moves first: the files can wait, the ranks cannot
                 if now >= self._saved_at + self.spec.epoch_seconds:
-                    self._save(finished=False)
+                    self._save(finished=False, background=True)
                 self._write_status("running")
                 due = self._next_decision(self.now())
             if self._changed:
@@ -241,7 +245,9 @@ class Coordinator:
     def _carry_out(self) -> None:
         """Send the releases and assignments the latest placement needs now."""
         self._changed = False
-        release, start = self.moves.steps()
+        quick = [job for job in self.moves.running
+                 if 0 < (self.record.jobs[job].iter_seconds or [math.inf])[-1] <= QUICK_STOP_SECONDS]
+        release, start = self.moves.steps(quick)
         for job in release:
             self.link.release(min(self.moves.running[job]), job)
         for job in start:
@@ -318,19 +324,21 @@ class Coordinator:
         _say(f"metrics: {os.path.join(where, 'metrics.h5')} (table and plots: slaq report "
              f"{shlex.quote(where)})")
 
-    def _save(self, finished: bool) -> None:
+    def _save(self, finished: bool, background: bool = False) -> None:
+        """Save the record and the state a resume starts from (:class:`RecordSaver`): in the
+        background during the run, skipped if the previous save is still being written."""
+        if background and self.saver.busy:
+            return
         elapsed = self._saved_at = self.now()
         self.record.attrs["stopped"] = elapsed
         # where a resume starts, in the same atomic write as the history it continues
         self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
-        self.record.write(self.run_dir / "metrics.h5")
-        with replacing(self.run_dir / STATE_FILE, self.run_dir / f".{STATE_FILE}.tmp") as tmp:
-            tmp.write_text(json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished,
-                                       "draining": self.admission.draining, "open": self.spec.open}))
-        for job in self.record.jobs.values():  # what is saved now needs no older checkpoint
-            if self._pruned.get(job.name, 0) != job.iterations:
-                checkpoint.prune(self.run_dir, job.name, job.iterations)
-                self._pruned[job.name] = job.iterations
+        state = json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished,
+                            "draining": self.admission.draining, "open": self.spec.open})
+        prune = [(job.name, job.iterations) for job in self.record.jobs.values()
+                 if self._pruned.get(job.name, 0) != job.iterations]
+        self._pruned.update(prune)
+        self.saver.save(self.record.run_data(), state, prune, background)
 
 
 def _raise_worker_error(info: dict[str, str]) -> NoReturn:

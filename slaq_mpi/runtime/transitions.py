@@ -5,7 +5,9 @@ releases and assignments :meth:`Transitions.steps` returns.
 A job whose rank set changes is released (its ranks stop at their next check and its leader
 checkpoints), then started on its new ranks once every one of them is free. A job that needs
 ranks another job still trains on keeps training on its old ranks until they are free, so
-only the ranks that wait for a move idle. Jobs waiting on each other's ranks (a cycle) are
+only the ranks that wait for a move idle; but if every job it takes ranks from is stopping
+and quick to stop (``quick``: its iterations are short), it stops with them, so their ranks
+do not wait for it to stop after them. Jobs waiting on each other's ranks (a cycle) are
 released together.
 
 A released job's state stays in the memory of the leader that released it (its holder) until
@@ -16,7 +18,7 @@ from it; any other restart waits until the holder says the job's checkpoint is o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 
 class Transitions:
@@ -61,9 +63,10 @@ class Transitions:
         """The ranks some job trains on."""
         return {r for ranks in self.running.values() for r in ranks}
 
-    def steps(self) -> tuple[list[str], list[str]]:
+    def steps(self, quick: Collection[str] = ()) -> tuple[list[str], list[str]]:
         """What to do now: the jobs to release and the jobs to start on their target ranks
-        (their ranks are free). Marks them releasing and running."""
+        (their ranks are free). Marks them releasing and running. ``quick``: jobs that stop
+        within a short time of being asked (their iterations are short)."""
         busy = self.busy()
         moved = [j for j, ranks in self.running.items()
                  if j not in self.releasing and self.target.get(j) != ranks]
@@ -71,6 +74,18 @@ class Transitions:
                    if not (set(self.target.get(j, ())) - set(self.running[j])) & busy]
         if moved and not release and not self.releasing:  # each waits for another's ranks
             release = moved
+        owner = {r: j for j, ranks in self.running.items() for r in ranks}
+        stopping, quick = set(release) | self.releasing, set(quick)
+        grew = True
+        while grew:  # a job growing into the ranks of quick jobs that stop now stops with them
+            grew = False
+            for job in moved:
+                gained = (set(self.target.get(job, ())) - set(self.running[job])) & busy
+                donors = {owner[r] for r in gained}
+                if job not in stopping and donors and donors <= stopping & quick:
+                    release.append(job)
+                    stopping.add(job)
+                    grew = True
         self.releasing.update(release)
         start = []
         for job, ranks in sorted(self.target.items()):

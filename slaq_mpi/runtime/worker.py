@@ -4,9 +4,10 @@ A job's ranks iterate without pause. Between chunks of iterations (each at most
 :data:`CHUNK_SECONDS` long, one iteration at least) they exchange, in one tiny non-blocking
 allreduce over the job's own control communicator, whether a solver raised, the next chunk's
 size and whether to stop for a move; the exchange started at one chunk boundary is read at the
-next, so it overlaps the chunk instead of pausing the job. A job whose solver ends it (done,
-failed) agrees on it at once. The leader (the job's lowest rank) sends rank 0 a report about
-once per ``epoch_seconds`` and writes a checkpoint in the background after it.
+next, so it overlaps the chunk instead of pausing the job (a job on one rank acts at once). A
+job whose solver ends it (done, failed) agrees on it at once. The leader (the job's lowest
+rank) sends rank 0 a report about once per ``epoch_seconds`` and writes a checkpoint in the
+background after it.
 
 Asked to release the job, the ranks stop at the chunk boundary after the one where the leader
 saw the ask; the leader keeps the job's state in memory, reports at once and writes the
@@ -37,7 +38,7 @@ from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.storage import checkpoint
 
 STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
-CHUNK_SECONDS = 0.1  # the longest run of iterations between two checks (an eighth of an epoch if less)
+CHUNK_SECONDS = 0.03  # the longest run of iterations between two checks (an eighth of an epoch if less)
 
 
 class SolverError(RuntimeError):
@@ -227,8 +228,10 @@ class Worker:
         chunk = int(flags[1])
         if flags[0] and report.status != "failed":
             report.status, report.reason = "failed", _peer_raised(self.iteration + 1)
+        alone = group.size == 1  # no peer to wait for: a boundary acts on its own values
         if report.status == "running":
-            group.post_control(np.array([0.0, float(pace), 0.0]))
+            if not alone:
+                group.post_control(np.array([0.0, float(pace), 0.0]))
             while True:
                 error = self._run_chunk(report, chunk)
                 ended = report.status != "running"
@@ -236,7 +239,8 @@ class Worker:
                 if leader and not ended:
                     next_chunk = _chunk_size(self._pace, self._chunk_seconds)
                     release = self.job in self.link.released()
-                previous = self._agree_posted()  # started at the previous boundary
+                mine = np.array([0.0, float(next_chunk), float(release)])
+                previous = mine if alone else self._agree_posted()  # the previous boundary's
                 if ended:  # every rank of the job ends at this boundary: agree on it now
                     flags = self._agree(error, 0, False, posted=False)
                     if flags[0] and report.status != "failed":
@@ -244,7 +248,8 @@ class Worker:
                     break
                 if previous[2]:  # released
                     break
-                group.post_control(np.array([0.0, float(next_chunk), float(release)]))
+                if not alone:
+                    group.post_control(mine)
                 chunk = int(previous[1])
                 self._confirm_saved()
                 if leader and time.monotonic() >= next_report:

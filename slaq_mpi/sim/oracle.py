@@ -38,18 +38,35 @@ class OraclePolicy:
     def __init__(self) -> None:
         self._truth: dict[str, tuple[np.ndarray, SimJob]] = {}
         self._iters: dict[tuple[str, int, float], np.ndarray] = {}
+        # per (job, max_cores, span), the last gains and the ``done`` they are for: a job reports
+        # about once an epoch and decisions come more often, so many see the same ``done``
+        self._last: dict[tuple[str, int, float], tuple[int, np.ndarray]] = {}
+        self._margs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def bind_truth(self, jobs: Mapping[str, SimJob]) -> None:
         """Give the policy the simulated jobs (their true curves and scaling models)."""
         self._truth = {name: (job.normalized_curve(), job) for name, job in jobs.items()}
         self._iters = {}
+        self._last = {}
+        self._margs = {}
 
     def _gains(self, job_id: str, done: int, max_cores: int, epoch: float) -> np.ndarray:
         """True normalized loss reduction over the next epoch with 0..n cores.
 
         n is at most ``max_cores`` and never past the core count that minimizes the job's
-        seconds per iteration (more cores only slow it down).
+        seconds per iteration (more cores only slow it down). The array returned is shared:
+        callers do not change it.
         """
+        key = (job_id, max_cores, epoch)
+        last = self._last.get(key)
+        if last is not None and last[0] == done:
+            return last[1]
+        gains = self._new_gains(job_id, done, max_cores, epoch)
+        self._last[key] = (done, gains)
+        return gains
+
+    def _new_gains(self, job_id: str, done: int, max_cores: int, epoch: float) -> np.ndarray:
+        """:meth:`_gains`, computed."""
         if job_id not in self._truth:
             raise KeyError(f"oracle: no truth for job {job_id!r}; it runs only in the simulator")
         curve, job = self._truth[job_id]
@@ -67,6 +84,17 @@ class OraclePolicy:
         seg = curve[here : stop + 1]
         pos = np.minimum(iters, stop - here)
         return np.concatenate(([0.0], seg[0] - np.interp(pos, np.arange(len(seg)), seg)))
+
+    def _marginals(self, job_id: str, gains: np.ndarray) -> np.ndarray:
+        """The positive marginal gains of one more core, made non-increasing, of ``gains``
+        (from :meth:`_gains`, at least 2 cores; kept while the job's gains are the same)."""
+        last = self._margs.get(job_id)
+        if last is not None and last[0] is gains:
+            return last[1]
+        m = np.minimum.accumulate(np.diff(gains[1:]))
+        m = m[m > 0]
+        self._margs[job_id] = (gains, m)
+        return m
 
     def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
         """Cores per job id: one each, then the largest true marginal reductions.
@@ -92,13 +120,11 @@ class OraclePolicy:
         for i, j in enumerate(jobs):
             g = gains[j.job_id]
             if len(g) > 2:
-                m = np.minimum.accumulate(np.diff(g[1:]))
-                m = m[m > 0]
-                margs.append(m)
-                owner.append(np.full(len(m), i))
+                margs.append(self._marginals(j.job_id, g))
+                owner.append(i)
         if left > 0 and margs:
             flat = np.concatenate(margs)
-            who = np.concatenate(owner)
+            who = np.repeat(np.array(owner, dtype=np.int64), [len(m) for m in margs])
             if len(flat) > left:
                 top = np.argpartition(-flat, left - 1)[:left]
                 who = who[top]
