@@ -39,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {"config", "storage", "data", "policies", "brain", "jobs"},
     "report": {"storage", "policies", "brain", "sim.scaling", "runtime.timing"},
     "sim": {"brain", "policies", "config", "storage", "data", "report", "runtime.timing", "jobs"},
-    "slurm": {"config", "storage", "runtime.launch"},
+    "slurm": {"config", "storage", "runtime.launch", "runtime.resume"},
 }
 NO_MPI = ("brain", "policies", "report", "sim")
 POLICY_HELPERS = {"__init__", "_share", "_params", "snapshot"}
