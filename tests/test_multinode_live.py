@@ -144,11 +144,23 @@ def check_run(job: Submitted, info: dict[str, str]) -> None:
     assert re.search(r"nodes per job \(.*hosts n1, n2, n3\)", report.stdout), report.stdout
 
 
+# Slurm 22.05's pmi2 plugin on the emulated nodes has been seen, once, to misread an MPI
+# client's request when the machine was loaded: the launch then fails before the run starts,
+# with these words from slurmstepd in the batch log. That is the emulated cluster failing, not
+# the scheduler: such a launch is submitted once more (and said so).
+PMI2_MISREAD = "mpi/pmi2: invalid client request"
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Submitted, dict[str, str]]:
     """The 6-job config on 3 nodes with srun, run to its end; the reference of the node-loss test."""
     job = submit(tmp_path_factory.mktemp("uninterrupted"))
-    return job, finished(job)
+    info = finished(job)
+    if info.get("JobState") != "COMPLETED" and PMI2_MISREAD in job.log_text():
+        print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
+        job = submit(tmp_path_factory.mktemp("uninterrupted"))
+        info = finished(job)
+    return job, info
 
 
 def test_six_jobs_on_three_nodes_each_packed(uninterrupted: tuple[Submitted, dict[str, str]]) -> None:
