@@ -159,17 +159,11 @@ class MPIGroup:
             self._control_ready = None
         return self._control if self._control is not None else self._comm
 
-    def control_max(self, values: np.ndarray, deadline: float | None = None) -> np.ndarray | None:
-        """Element-wise max of a few control values over the group, on a communicator of its
-        own, so it can never be matched with a solver's collective (a rank whose solver raised
-        does not meet its peers inside the solver's allreduce). None if ``deadline``
-        (``time.monotonic()``) passes first: some rank of the group is not coming."""
-        self.post_control(values)
-        return self.control_result(deadline)
-
     def post_control(self, values: np.ndarray) -> None:
-        """Start :meth:`control_max` of ``values`` without waiting (at most one in flight):
-        :meth:`control_result` gives its result, later."""
+        """Start the element-wise max of a few control values over the group without waiting
+        (at most one in flight; :meth:`control_result` gives it). It runs on a communicator of
+        the group's own, so it can never be matched with a solver's collective (a rank whose
+        solver raised does not meet its peers inside the solver's allreduce)."""
         assert self._pending is None, "one control exchange at a time"
         send = np.ascontiguousarray(values, dtype=np.float64)
         out = np.empty_like(send)
@@ -177,7 +171,8 @@ class MPIGroup:
 
     def control_result(self, deadline: float | None = None) -> np.ndarray | None:
         """The result of the control exchange :meth:`post_control` started (waiting, sleeping,
-        until it completes); None if ``deadline`` passes first (it stays pending)."""
+        until it completes); None if ``deadline`` (``time.monotonic()``) passes first: some
+        rank of the group is not coming (the exchange stays pending)."""
         assert self._pending is not None, "no control exchange in flight"
         request, _send, out = self._pending
         done, _ = _complete(request, _COLLECTIVE, deadline)
