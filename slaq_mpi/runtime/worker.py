@@ -38,6 +38,7 @@ from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.storage import checkpoint
 
 STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
+WRITES_IN_FLIGHT = 2  # checkpoints a leader writes in the background at once
 CHUNK_SECONDS = 0.03  # the longest run of iterations between two checks (an eighth of an epoch if less)
 
 
@@ -70,16 +71,15 @@ class Worker:
         self.iteration = 0
         self.last_loss = math.nan
         self._saved = 0  # the newest iteration of the job with a checkpoint
-        self._writer: threading.Thread | None = None
-        self._writer_error: BaseException | None = None
-        self._writer_job: str | None = None
+        self._writers: list[threading.Thread] = []  # checkpoints being written, oldest first
+        self._writer_error: tuple[str, BaseException] | None = None  # a write's (job, error)
         self._state_checked = False  # the job's get_state() was checked on this rank
         self._chunk_seconds = min(CHUNK_SECONDS, spec.epoch_seconds / 8)
         self._setup_error = ""  # the job's solver raised while being built or restored
         self._pace = [self._chunk_seconds]  # the latest iterations' seconds
         self._kept: tuple[str, int, dict[str, np.ndarray], float] | None = None  # a released
         # job's (name, iterations, state, last loss), for its restart on a group with this rank
-        self._unsaved: tuple[str, int] | None = None  # a released job whose checkpoint is being written
+        self._unsaved: list[tuple[str, int]] = []  # released jobs whose checkpoints are being written
 
     def run(self) -> None:
         """Train the jobs rank 0 assigns until it says the run is over."""
@@ -110,49 +110,62 @@ class Worker:
         comm.abort(EXIT_ABORTED)
 
     def _join_writer(self) -> None:
-        if self._writer is not None:
-            self._writer.join()
-            self._writer = None
+        """Wait for every checkpoint being written; then tell rank 0 of the released jobs'."""
+        for writer in self._writers:
+            writer.join()
+        self._writers = []
+        self._writes_done()
+
+    def _writes_done(self) -> None:
+        """After the writes ended: raise a write's error, else confirm the released jobs'
+        checkpoints to rank 0."""
         if self._writer_error is not None:
-            raise CheckpointWriteError(self._writer_job, self._writer_error)
-        if self._unsaved is not None:
-            self.link.send_saved(*self._unsaved)
-            self._unsaved = None
+            raise CheckpointWriteError(*self._writer_error)
+        for job, iteration in self._unsaved:
+            self.link.send_saved(job, iteration)
+        self._unsaved = []
 
     def _confirm_saved(self) -> None:
-        """Once the checkpoint of a job this rank released is written, tell rank 0 (a restart
-        without this rank reads it). Checked while waiting and between chunks."""
-        if self._unsaved is not None and not (self._writer is not None and self._writer.is_alive()):
-            self._join_writer()
+        """Once the checkpoints of the jobs this rank released are written, tell rank 0 (a
+        restart without this rank reads them). Checked while waiting and between chunks."""
+        self._writers = [w for w in self._writers if w.is_alive()]
+        if not self._writers:
+            self._writes_done()
 
-    def _write(self, *args: object) -> None:
+    def _write(self, after: threading.Thread | None, job: str, *args: object) -> None:
         try:
-            checkpoint.write(*args)  # type: ignore[arg-type]
-        except BaseException as exc:  # surfaced by _join_writer on the main thread
-            self._writer_error = exc
+            if after is not None:  # checkpoints of a job are written in order
+                after.join()
+            checkpoint.write(self.run_dir, job, *args)  # type: ignore[arg-type]
+        except BaseException as exc:  # surfaced on the main thread (_writes_done)
+            self._writer_error = (job, exc)
 
     def _checkpoint(self, released: bool = False) -> None:
         """The leader: write the job's checkpoint of its iterations so far in the background,
-        while the job trains on or this rank waits. Joined before the next write and before
-        exit. ``released``: the job stops for a move; its state is
-        kept in memory for its restart, and rank 0 is told when the file is written."""
+        while the job trains on or this rank waits. The writes run one after another, at most
+        :data:`WRITES_IN_FLIGHT` of them (a new one waits for the oldest beyond that); all
+        end before exit. ``released``: the job stops for a move; its state is kept in memory
+        for its restart, and rank 0 is told when the file is written."""
         assert self.job is not None and self.solver is not None
-        self._join_writer()
+        self._confirm_saved()
         if released:
             state = checkpoint.state_arrays(self.solver.get_state(), self.job)
             self._kept = (self.job, self.iteration, state, self.last_loss)
-            self._unsaved = (self.job, self.iteration)  # confirmed once the file is written
+            self._unsaved.append((self.job, self.iteration))  # confirmed once the file is written
             if self.iteration == self._saved:
                 return
         elif self.iteration == self._saved:
             return
         else:
             state = checkpoint.state_arrays(self.solver.get_state(), self.job)
-        args = (self.run_dir, self.job, self.iteration, self.last_loss, state)
+        while len(self._writers) >= WRITES_IN_FLIGHT:
+            self._writers.pop(0).join()
+        after = self._writers[-1] if self._writers else None
         self._saved = self.iteration
-        self._writer_job = self.job
-        self._writer = threading.Thread(target=self._write, args=args, daemon=False)
-        self._writer.start()
+        writer = threading.Thread(target=self._write, daemon=False,
+                                  args=(after, self.job, self.iteration, self.last_loss, state))
+        writer.start()
+        self._writers.append(writer)
 
     def _drop(self) -> None:
         if self.group is not None:
