@@ -122,9 +122,23 @@ def test_a_job_growing_into_quick_stopping_ranks_stops_with_them() -> None:
     t.retarget({"a": (1, 2), "b": (3, 4), "c": (5, 6)})
     _settle(t)
     t.retarget({"a": (1,), "b": (2, 3, 4), "c": (5,), "d": (6,)})  # b grows into a's rank 2
-    assert t.steps(quick={"a", "c"}) == (["a", "b", "c"], [])  # a stops quickly: b stops too
+    # a stops quickly: b stops too
+    assert t.steps({"a": 0.01, "b": 0.01, "c": 0.05}) == (["a", "b", "c"], [])
     t2 = Transitions()
     t2.retarget({"a": (1, 2), "b": (3, 4)})
     _settle(t2)
     t2.retarget({"a": (1,), "b": (2, 3, 4)})
-    assert t2.steps(quick={"b"}) == (["a"], [])  # a may take long to stop: b trains on
+    assert t2.steps({"a": 1.0, "b": 0.01}) == (["a"], [])  # a may take long to stop: b trains on
+
+
+def test_a_growing_job_stops_with_its_donors_when_that_idles_fewer_rank_seconds() -> None:
+    # b holds 2 ranks and gains 1: with a, its 2 ranks wait (0.5 - b) s for a; after a, the
+    # gained rank waits b s for b
+    for pace, released in (({"a": 0.5, "b": 0.5}, ["a", "b"]), ({"a": 0.5, "b": 2.0}, ["a", "b"]),
+                           ({"a": 0.5, "b": 0.4}, ["a", "b"]), ({"a": 0.5, "b": 0.3}, ["a"]),
+                           ({"a": 0.5}, ["a", "b"]), ({"b": 0.3}, ["a"])):
+        t = Transitions()
+        t.retarget({"a": (1, 2), "b": (3, 4)})
+        _settle(t)
+        t.retarget({"a": (1,), "b": (2, 3, 4)})  # b grows into a's rank 2
+        assert t.steps(pace) == (released, []), pace

@@ -55,7 +55,6 @@ __all__ = ["STATE_FILE", "Coordinator", "new_record", "resume_record", "run_coor
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 _STOP_CHECK = 0.05  # seconds: a stop signal or STOP file is seen within this long
-QUICK_STOP_SECONDS = 0.1  # a job whose latest iteration took at most this stops soon when asked
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only
 
 
@@ -245,9 +244,9 @@ class Coordinator:
     def _carry_out(self) -> None:
         """Send the releases and assignments the latest placement needs now."""
         self._changed = False
-        quick = [job for job in self.moves.running
-                 if 0 < (self.record.jobs[job].iter_seconds or [math.inf])[-1] <= QUICK_STOP_SECONDS]
-        release, start = self.moves.steps(quick)
+        pace = {job: self.record.jobs[job].iter_seconds[-1] for job in self.moves.running
+                if self.record.jobs[job].iter_seconds}
+        release, start = self.moves.steps(pace)
         for job in release:
             self.link.release(min(self.moves.running[job]), job)
         for job in start:

@@ -5,10 +5,12 @@ releases and assignments :meth:`Transitions.steps` returns.
 A job whose rank set changes is released (its ranks stop at their next check and its leader
 checkpoints), then started on its new ranks once every one of them is free. A job that needs
 ranks another job still trains on keeps training on its old ranks until they are free, so
-only the ranks that wait for a move idle; but if every job it takes ranks from is stopping
-and quick to stop (``quick``: its iterations are short), it stops with them, so their ranks
-do not wait for it to stop after them. Jobs waiting on each other's ranks (a cycle) are
-released together.
+only the ranks that wait for a move idle. A job stops at an iteration boundary, so how long
+it takes to stop grows with its iteration time (its ``pace``). A growing job whose ranks come
+only from jobs that stop now stops with them, rather than after them, when they stop quickly
+(iterations of at most :data:`QUICK_STOP_SECONDS`) or when that idles fewer rank-seconds
+(:func:`_sooner`): their ranks then do not wait for it to stop after them. Jobs waiting on
+each other's ranks (a cycle) are released together.
 
 A released job's state stays in the memory of the leader that released it (its holder) until
 that rank is given work again: a restart on ranks that include the holder takes the state
@@ -18,7 +20,10 @@ from it; any other restart waits until the holder says the job's checkpoint is o
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import math
+from collections.abc import Mapping
+
+QUICK_STOP_SECONDS = 0.1  # a job whose latest iteration took at most this stops soon when asked
 
 
 class Transitions:
@@ -63,10 +68,11 @@ class Transitions:
         """The ranks some job trains on."""
         return {r for ranks in self.running.values() for r in ranks}
 
-    def steps(self, quick: Collection[str] = ()) -> tuple[list[str], list[str]]:
+    def steps(self, pace: Mapping[str, float] | None = None) -> tuple[list[str], list[str]]:
         """What to do now: the jobs to release and the jobs to start on their target ranks
-        (their ranks are free). Marks them releasing and running. ``quick``: jobs that stop
-        within a short time of being asked (their iterations are short)."""
+        (their ranks are free). Marks them releasing and running. ``pace``: the seconds of the
+        latest iteration of the running jobs (a job absent from it counts as slow); None: not
+        known, so a growing job waits for its ranks to be free."""
         busy = self.busy()
         moved = [j for j, ranks in self.running.items()
                  if j not in self.releasing and self.target.get(j) != ranks]
@@ -75,14 +81,22 @@ class Transitions:
         if moved and not release and not self.releasing:  # each waits for another's ranks
             release = moved
         owner = {r: j for j, ranks in self.running.items() for r in ranks}
-        stopping, quick = set(release) | self.releasing, set(quick)
-        grew = True
-        while grew:  # a job growing into the ranks of quick jobs that stop now stops with them
+        stopping = set(release) | self.releasing
+
+        def seconds(job: str) -> float:
+            return math.inf if pace is None else pace.get(job, math.inf)
+
+        grew = pace is not None
+        while grew:  # a growing job whose donors all stop now may stop with them
             grew = False
             for job in moved:
                 gained = (set(self.target.get(job, ())) - set(self.running[job])) & busy
                 donors = {owner[r] for r in gained}
-                if job not in stopping and donors and donors <= stopping & quick:
+                if job in stopping or not donors or not donors <= stopping:
+                    continue
+                slowest = max(seconds(d) for d in donors)
+                if slowest <= QUICK_STOP_SECONDS or _sooner(seconds(job), slowest, len(gained),
+                                                             len(self.running[job])):
                     release.append(job)
                     stopping.add(job)
                     grew = True
@@ -106,3 +120,16 @@ class Transitions:
     def idle(self) -> bool:
         """Whether no job trains."""
         return not self.running
+
+
+def _sooner(job_pace: float, donor_pace: float, gained: int, held: int) -> bool:
+    """Whether a growing job should stop with its donors rather than once they are free,
+    counting the rank-seconds idled with stop times proportional to the iteration times: with
+    them, its ``held`` ranks wait for the donors if it stops first, or its ``gained`` ranks
+    wait for it; after them, its ``gained`` ranks wait for it to stop."""
+    if math.isinf(job_pace):
+        return True  # no quicker than any donor
+    if math.isinf(donor_pace):
+        return False
+    together = max(donor_pace - job_pace, 0.0) * held + max(job_pace - donor_pace, 0.0) * gained
+    return together < job_pace * gained
