@@ -131,8 +131,11 @@ class Coordinator:
         # within a millisecond (the default is 5 ms)
         sys.setswitchinterval(0.001)
         self._prepare_data()
-        self._t0 = time.monotonic() - self._elapsed  # the experiment's clock starts with its data
+        self._t0 = time.monotonic() - self._elapsed
         self._save(finished=False)  # from now on the directory is resumable
+        # the experiment's clock (the jobs' arrivals) starts once the data are there and the
+        # run can be resumed: a large record's first save does not delay the first decision
+        self._t0 = time.monotonic() - self._elapsed
         _say(f"slaq: {count(len(self.spec.jobs), 'job')}, {count(len(self.workers), 'worker rank')}, "
              f"policy {self.spec.policy}, epoch {self.spec.epoch_seconds:g} s, run dir {self.run_dir}")
         status, due = None, self.now()
