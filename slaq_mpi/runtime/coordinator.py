@@ -1,8 +1,9 @@
 """Rank 0: admits jobs, takes the jobs' reports, asks the policy, places ranks, moves jobs.
 
 Rank 0 never trains. It decides on its own clock while the jobs train: every
-``epoch_seconds``, and at once when a job arrives or ends. Between decisions it handles the
-reports job leaders send on their own clocks, and carries out the latest placement
+``epoch_seconds``, and at once when a job arrives or ends. The policy runs in a thread of its
+own on a snapshot of the record, so that rank 0 goes on handling the reports job leaders send
+on their own clocks while it decides, and carries out the latest placement
 (:class:`~slaq_mpi.runtime.transitions.Transitions`): it asks the leaders of the jobs whose
 ranks change to release them, and assigns free ranks to the jobs that start or restart. It
 owns all scheduling state and rewrites ``metrics.h5`` and ``state.json`` at every regular
@@ -20,6 +21,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,7 +37,7 @@ from slaq_mpi.errors import (
     disk_full_hint,
 )
 from slaq_mpi.policies import get_policy
-from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, checked_allocation
+from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, ClusterSnapshot, checked_allocation
 from slaq_mpi.runtime import comm, history
 from slaq_mpi.runtime import signals as _early_signals
 from slaq_mpi.runtime.admission import Admission
@@ -55,6 +57,7 @@ __all__ = ["STATE_FILE", "Coordinator", "new_record", "resume_record", "run_coor
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 _STOP_CHECK = 0.05  # seconds: a stop signal or STOP file is seen within this long
+_DECIDING_CHECK = 0.002  # seconds: how soon the end of a decision under way is seen
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only
 
 
@@ -98,6 +101,8 @@ class Coordinator:
         self._last_decision = math.nan
         self._saved_at = -math.inf  # experiment time of the last save of the record
         self.saver = RecordSaver(run_dir, STATE_FILE)
+        self._policy_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slaq-policy")
+        self._deciding: tuple[Future[tuple[dict[str, int], float]], float] | None = None
 
     # --- time and signals -------------------------------------------------------------
 
@@ -147,19 +152,20 @@ class Coordinator:
             if self.admission.poll(now):
                 self._take_admitted()
                 due = min(due, now)
-            if now >= due or self._event:
+            if self._deciding is not None and self._deciding[0].done():
+                self._decided()
+                self._after_decision(now)
+            if (now >= due or self._event) and self._deciding is None:
                 self._event = False
                 status = self._decide(now)
-                if self._changed:
-                    self._carry_out()  # the moves first: the files can wait, the ranks cannot
-                if now >= self._saved_at + self.spec.epoch_seconds:
-                    self._save(finished=False, background=True)
-                self._write_status("running")
+                if self._deciding is None:  # no job to ask the policy about
+                    self._after_decision(now)
                 due = self._next_decision(self.now())
             if self._changed:
                 self._carry_out()
-            self.link.wait(deadline=self._t0 + min(due, self.now() + _STOP_CHECK),
-                           idle=self.moves.idle)
+            wait = _DECIDING_CHECK if self._deciding is not None else _STOP_CHECK
+            self.link.wait(deadline=self._t0 + min(due, self.now() + wait),
+                           idle=self.moves.idle and self._deciding is None)
         self._shutdown()
         self._save(finished=status != EXIT_STOPPED)
         self._write_status({EXIT_STOPPED: "stopped", EXIT_FAILED: "failed"}.get(status, "finished"))
@@ -189,9 +195,18 @@ class Coordinator:
         due = [j.arrival for j in self.record.jobs.values() if j.status == "waiting" and j.arrival > now]
         return next_decision(now, min(due, default=None), self.spec.epoch_seconds)
 
+    def _after_decision(self, now: float) -> None:
+        """Carry out a decision's placement, then save the record (at most once an epoch, in
+        the background) and rewrite status.json."""
+        if self._changed:
+            self._carry_out()  # the moves first: the files can wait, the ranks cannot
+        if now >= self._saved_at + self.spec.epoch_seconds:
+            self._save(finished=False, background=True)
+        self._write_status("running")
+
     def _decide(self, now: float) -> int | None:
-        """Ask the policy for the jobs active at ``now`` and make its placement the target;
-        the exit status once every job has ended, else None."""
+        """Start the policy's decision for the jobs active at ``now`` (:meth:`_decided` makes
+        its placement the target); the exit status once every job has ended, else None."""
         self._show_epoch()
         active = self._active(now)
         if not active:
@@ -204,9 +219,25 @@ class Coordinator:
             return None  # an open run waits for added jobs; or the next arrival
         snap = history.snapshot(active, self._specs, self.moves.target, len(self.workers), now,
                                 self.spec.epoch_seconds, self.seen.cost(DEFAULT_MOVE_SECONDS))
+        self._deciding = (self._policy_thread.submit(self._allocate, snap), now)
+        return None
+
+    def _allocate(self, snap: ClusterSnapshot) -> tuple[dict[str, int], float]:
+        """The policy's allocation for ``snap`` and the milliseconds it took (in the policy's
+        thread; it touches nothing but the snapshot and the policy)."""
         t = time.perf_counter()
         alloc = checked_allocation(self.policy.allocate(snap), snap, self.spec.policy)
-        decision_ms = (time.perf_counter() - t) * 1000.0
+        return alloc, (time.perf_counter() - t) * 1000.0
+
+    def _decided(self) -> None:
+        """Make the finished decision's placement the target. A job that ended while the
+        policy decided gets no ranks (its end asks for a decision of its own)."""
+        assert self._deciding is not None
+        future, now = self._deciding
+        self._deciding = None
+        alloc, decision_ms = future.result()  # the policy's error is raised here
+        alloc = {job: cores for job, cores in alloc.items()
+                 if self.record.jobs[job].status in ("waiting", "running")}
         target, moved = place(self.moves.target, alloc, self.workers, self.hosts)
         self.moves.retarget(target)
         if self.hosts is not None:
@@ -218,7 +249,6 @@ class Coordinator:
         self._shown = (now, cores)
         self.epoch += 1
         self._last_decision = now
-        return None
 
     def _write_status(self, state: str) -> None:
         """Rewrite RUN_DIR/status.json (``slaq status``): the run's ``state`` and every job now."""
@@ -285,6 +315,10 @@ class Coordinator:
 
     def _shutdown(self) -> None:
         """Release every job (each checkpoints), then tell every worker to exit."""
+        if self._deciding is not None:  # a decision under way when the run stops is dropped
+            self._deciding[0].result()
+            self._deciding = None
+        self._policy_thread.shutdown()
         self.moves.retarget({})
         self._changed = True
         while not self.moves.idle or self.moves.unsaved:
