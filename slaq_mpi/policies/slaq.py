@@ -6,7 +6,9 @@ would):
 1. forecast every job's normalized loss reduction over the next epoch as a function of cores
    (:func:`slaq_mpi.brain.forecast.build_forecast`);
 2. greedy: one core per job, then one core at a time to the largest marginal reduction
-   (:func:`slaq_mpi.brain.allocate.allocate_by_gain`);
+   (:func:`slaq_mpi.brain.allocate.allocate_by_rows`, on each job's reductions per core count,
+   kept across decisions while the job's forecast is unchanged:
+   :class:`~slaq_mpi.brain.gainrows.GainRows`);
 3. more jobs than cores: a reserved share of the cores for the least-served jobs, the rest for
    the largest predicted one-core reductions;
 4. with at least as many cores as jobs, the greedy's allocation is kept only if its predicted
@@ -55,7 +57,8 @@ class SlaqPolicy:
             :data:`~slaq_mpi.brain.throughput.SERIAL_FRACTION`.
 
     The same snapshot gives the same allocation, whatever the policy decided before: only the
-    fits of unchanged histories are kept, and they equal fits from scratch bit for bit.
+    fits of unchanged histories and observations, and the gains of unchanged forecasts, are
+    kept, and they equal those from scratch bit for bit.
     """
 
     name = "slaq"
