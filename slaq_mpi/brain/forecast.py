@@ -24,6 +24,7 @@ import numpy as np
 from slaq_mpi.brain.fitting import FAMILY_LINEAR, FAMILY_PRIOR, FAMILY_SUBLINEAR
 from slaq_mpi.brain.memo import CurveMemo
 from slaq_mpi.brain.predict import CurveFit, class_codes
+from slaq_mpi.brain.speedmemo import ThroughputMemo
 from slaq_mpi.brain.throughput import (
     SERIAL_FRACTION,
     ThroughputModel,
@@ -128,6 +129,7 @@ def build_forecast(
     prior_seconds: float = 1.0,
     normalize: str = "span",
     learn_scaling: bool = True,
+    speeds: ThroughputMemo | None = None,
 ) -> Forecast:
     """Fit every active job of ``cluster``: the predicted reductions the policies allocate by.
 
@@ -143,6 +145,8 @@ def build_forecast(
             throughput prior from the other jobs' fits
             (:func:`~slaq_mpi.brain.throughput.population_serial_fraction`) instead of the fixed
             :data:`~slaq_mpi.brain.throughput.SERIAL_FRACTION`.
+        speeds: the throughput fits kept across decisions (with ``learn_scaling``; the same
+            fits as from scratch).
     """
     jobs = sorted(cluster.jobs, key=lambda j: j.job_id)
     histories = [j.losses for j in jobs]
@@ -151,7 +155,7 @@ def build_forecast(
     n = fit.n
     if normalize == "span":
         fit = replace(fit, span=_spans(histories, fit))
-    speed = _fit_speed(jobs, prior_seconds, learn_scaling)
+    speed = _fit_speed(jobs, prior_seconds, learn_scaling, speeds)
     budget = np.array([j.max_iterations for j in jobs], dtype=np.float64)  # None: nan
     budget[np.isnan(budget)] = np.inf
     remaining = np.maximum(budget - n, 0.0)
@@ -180,12 +184,17 @@ def _spans(histories: Sequence[Sequence[float]], curves: CurveFit) -> np.ndarray
     return np.where(curves.family == FAMILY_PRIOR, 1.0, span)
 
 
-def _fit_speed(jobs: Sequence[JobView], prior_seconds: float, learn_scaling: bool) -> ThroughputModel:
+def _fit_speed(jobs: Sequence[JobView], prior_seconds: float, learn_scaling: bool,
+               speeds: ThroughputMemo | None = None) -> ThroughputModel:
     """Every job's throughput fit; a job not observed yet scales like the prior the others
     were shaped by, with the median one-core time of the observed jobs."""
     count = len(jobs)
-    owner, cores, seconds = flat_observations([j.throughput for j in jobs])
-    speed = fit_throughput_flat(owner, cores, seconds, count, prior_seconds, learn_serial=learn_scaling)
+    if learn_scaling and speeds is not None:
+        speed = speeds.fit([j.job_id for j in jobs], [j.throughput for j in jobs], prior_seconds)
+    else:
+        owner, cores, seconds = flat_observations([j.throughput for j in jobs])
+        speed = fit_throughput_flat(owner, cores, seconds, count, prior_seconds,
+                                    learn_serial=learn_scaling)
     serial = population_serial_fraction(speed) if learn_scaling else SERIAL_FRACTION
     seen = speed.observed > 0
     if not seen.any() or seen.all():

@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from slaq_mpi.brain._numeric import zero_nonfinite
+
 __all__ = ["ValueFn", "allocation_value", "hold_current", "moved_jobs", "settle_moves"]
 
 ValueFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -49,8 +51,7 @@ def allocation_value(alloc: np.ndarray, current: np.ndarray, started: np.ndarray
     moved = moved_jobs(current, alloc, started)
     seconds = np.where(moved, max(epoch_seconds - move_seconds, 0.0), epoch_seconds)
     gains = np.asarray(value(alloc, seconds), dtype=np.float64)
-    return float(np.where(alloc > 0, np.nan_to_num(gains, nan=0.0, posinf=0.0, neginf=0.0),
-                          0.0).sum())
+    return float(np.where(alloc > 0, zero_nonfinite(gains), 0.0).sum())
 
 
 def hold_current(current: np.ndarray, proposed: np.ndarray, caps: np.ndarray,

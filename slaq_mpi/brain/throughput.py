@@ -346,3 +346,13 @@ def fit_throughput(
     ``MAX_OBSERVATIONS``); jobs without any get the prior with ``prior_seconds`` on 1 core."""
     job, cores, seconds = flat_observations(observations)
     return fit_throughput_flat(job, cores, seconds, len(observations), prior_seconds)
+
+
+# the steps of :func:`fit_throughput_flat`, for :mod:`slaq_mpi.brain.speedmemo`, which runs them
+# on the jobs whose observations changed only
+Equations = _Equations
+equations = _equations
+prior_of = _Prior.of
+recentre = _recentre
+sane_observations = _sane
+distinct_core_counts = _distinct_core_counts

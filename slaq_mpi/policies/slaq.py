@@ -6,7 +6,9 @@ would):
 1. forecast every job's normalized loss reduction over the next epoch as a function of cores
    (:func:`slaq_mpi.brain.forecast.build_forecast`);
 2. greedy: one core per job, then one core at a time to the largest marginal reduction
-   (:func:`slaq_mpi.brain.allocate.allocate_by_gain`);
+   (:func:`slaq_mpi.brain.allocate.allocate_by_rows`, on each job's reductions per core count,
+   kept across decisions while the job's forecast is unchanged:
+   :class:`~slaq_mpi.brain.gainrows.GainRows`);
 3. more jobs than cores: a reserved share of the cores for the least-served jobs, the rest for
    the largest predicted one-core reductions;
 4. with at least as many cores as jobs, the greedy's allocation is kept only if its predicted
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from slaq_mpi.brain.allocate import allocate_by_gain
+from slaq_mpi.brain.allocate import allocate_by_rows
 from slaq_mpi.brain.forecast import NORMALIZATIONS, Forecast, build_forecast
+from slaq_mpi.brain.gainrows import GainRows
 from slaq_mpi.brain.memo import CurveMemo
 from slaq_mpi.brain.moves import settle_moves
 from slaq_mpi.brain.predict import DEFAULT_DECAY, DEFAULT_WINDOW
+from slaq_mpi.brain.speedmemo import ThroughputMemo
 from slaq_mpi.policies._params import require, require_decay, require_window
 from slaq_mpi.policies.snapshot import ClusterSnapshot
 
@@ -53,7 +57,8 @@ class SlaqPolicy:
             :data:`~slaq_mpi.brain.throughput.SERIAL_FRACTION`.
 
     The same snapshot gives the same allocation, whatever the policy decided before: only the
-    fits of unchanged histories are kept, and they equal fits from scratch bit for bit.
+    fits of unchanged histories and observations, and the gains of unchanged forecasts, are
+    kept, and they equal those from scratch bit for bit.
     """
 
     name = "slaq"
@@ -82,13 +87,15 @@ class SlaqPolicy:
         self.normalize = normalize
         self.learn_scaling = bool(learn_scaling)
         self._curves = CurveMemo(self.window, self.decay)
+        self._gains = GainRows()
+        self._speeds = ThroughputMemo()
 
     def forecast(self, snapshot: ClusterSnapshot) -> Forecast:
         """Fit every active job of ``snapshot``: the predicted reductions the greedy uses."""
         if (self._curves.window, self._curves.decay) != (self.window, self.decay):
             self._curves = CurveMemo(self.window, self.decay)  # changed after the last decision
         return build_forecast(snapshot, self._curves, self.prior_seconds, self.normalize,
-                              self.learn_scaling)
+                              self.learn_scaling, self._speeds)
 
     def allocate(self, snapshot: ClusterSnapshot) -> dict[str, int]:
         """Cores per job id for the next epoch (sum <= capacity; each <= its max cores)."""
@@ -101,16 +108,9 @@ class SlaqPolicy:
             return self._admit(snapshot, fc, capacity)
 
         weights = self._weights(snapshot, fc)
-
-        def gain(rows: np.ndarray, cores: np.ndarray) -> np.ndarray:
-            # rows are sorted and distinct: all of them is every job in order
-            every = rows.size == count
-            got = fc.reduction(cores, None if every else rows)
-            w = weights if every else weights[rows]
-            return got * w.reshape((-1,) + (1,) * (got.ndim - 1))
-
-        alloc = allocate_by_gain(gain, fc.caps, capacity, fc.useful_cores(), self.min_gain)
-        alloc = self._settle(snapshot, fc, alloc)
+        gains, margs = self._gains.evaluate(fc, weights, self.min_gain)
+        alloc = allocate_by_rows(margs, fc.caps, capacity, fc.useful_cores(), self.min_gain)
+        alloc = self._settle(snapshot, fc, alloc, weights, gains)
         return dict(zip(fc.job_ids, alloc.tolist(), strict=True))
 
     @staticmethod
@@ -120,19 +120,28 @@ class SlaqPolicy:
         by_id = {j.job_id: j.weight for j in snapshot.jobs}
         return np.array([by_id[i] for i in fc.job_ids], dtype=np.float64)
 
-    def _settle(self, snapshot: ClusterSnapshot, fc: Forecast, alloc: np.ndarray) -> np.ndarray:
+    def _settle(self, snapshot: ClusterSnapshot, fc: Forecast, alloc: np.ndarray,
+                weights: np.ndarray, gains: list[np.ndarray]) -> np.ndarray:
         """``alloc``, or the allocation held now if the moves it makes cost more than they
-        gain over the next epoch (:func:`~slaq_mpi.brain.moves.settle_moves`)."""
+        gain over the next epoch (:func:`~slaq_mpi.brain.moves.settle_moves`); ``gains``: each
+        job's weighted gains over a whole epoch on ``1 .. len`` cores (:class:`GainRows`)."""
         by_id = {j.job_id: j for j in snapshot.jobs}
         jobs = [by_id[i] for i in fc.job_ids]
         current = np.array([j.cores for j in jobs], dtype=np.int64)
         started = np.array([bool(j.losses) for j in jobs], dtype=bool)
-
-        weights = self._weights(snapshot, fc)
+        epoch = float(fc.epoch_seconds)
+        sizes = np.array([g.size for g in gains], dtype=np.int64)
 
         def value(cores: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-            got = fc.reduction(cores, seconds=seconds)
-            return got * weights.reshape((-1,) + (1,) * (got.ndim - 1))
+            cores = np.asarray(cores, dtype=np.int64)
+            out = np.zeros(cores.shape[0])
+            kept = (cores >= 1) & (cores <= sizes) & (np.asarray(seconds) == epoch)
+            for i in np.flatnonzero(kept).tolist():
+                out[i] = gains[i][cores[i] - 1]
+            rest = np.flatnonzero((cores >= 1) & ~kept)
+            if rest.size:
+                out[rest] = fc.reduction(cores[rest], rest, np.asarray(seconds)[rest]) * weights[rest]
+            return out
 
         return settle_moves(current, alloc, fc.caps, int(snapshot.capacity), started,
                             float(snapshot.epoch_seconds), float(snapshot.move_seconds), value)
