@@ -30,7 +30,9 @@ from slaq_mpi.errors import (
     EXIT_ABORTED,
     EXIT_DONE,
     EXIT_FAILED,
+    EXIT_RANKS_LOST,
     EXIT_STOPPED,
+    RanksLost,
     WorkerError,
     disk_full_hint,
 )
@@ -41,6 +43,7 @@ from slaq_mpi.runtime import signals as _early_signals
 from slaq_mpi.runtime.admission import Admission
 from slaq_mpi.runtime.history import STATE_FILE, new_record, resume_record
 from slaq_mpi.runtime.job_reports import absorb
+from slaq_mpi.runtime.liveness import Liveness
 from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.runtime.moves_seen import MovesSeen
 from slaq_mpi.runtime.placement import assignments, place
@@ -99,6 +102,8 @@ class Coordinator:
         self._last_decision = math.nan
         self._saved_at = -math.inf  # experiment time of the last save of the record
         self.saver = RecordSaver(run_dir, STATE_FILE)
+        # on several nodes, a job that stops reporting has lost ranks with a node (liveness.py)
+        self.liveness = Liveness(spec.epoch_seconds) if self.hosts is not None else None
 
     # --- time and signals -------------------------------------------------------------
 
@@ -158,6 +163,7 @@ class Coordinator:
                 self._carry_out()
             self.link.wait(deadline=self._t0 + min(due, self.now() + _STOP_CHECK),
                            idle=self.moves.idle)
+            self._check_liveness()
         self._shutdown()
         self._save(finished=status != EXIT_STOPPED)
         self._write_status({EXIT_STOPPED: "stopped", EXIT_FAILED: "failed"}.get(status, "finished"))
@@ -263,6 +269,8 @@ class Coordinator:
     def _on_report(self, report: Report) -> None:
         """A job leader's report (the link's handler for ``Tag.REPORT``)."""
         first = absorb(self.record, report, self._wall_to_now)
+        if self.liveness is not None:
+            self.liveness.heard(report.job, self.now())
         job = self.record.jobs[report.job]
         self.seen.reported(report.job, first)
         self._changed |= report.released or report.status != "running"
@@ -288,11 +296,17 @@ class Coordinator:
         while not self.moves.idle or self.moves.unsaved:
             if self._changed:
                 self._carry_out()
-            self.link.wait()
+            self.link.wait(deadline=time.monotonic() + _STOP_CHECK)
+            self._check_liveness()
         for rank in self.workers:
             self.link.assign(rank, Assign(None, releases=self.link.releases.get(rank, 0)))
         self.record.attrs["world_collectives"] = self.link.close()
         self._show_epoch()
+
+    def _check_liveness(self) -> None:
+        """Raise :class:`RanksLost` if a job has stopped reporting (on several nodes only)."""
+        if self.liveness is not None:
+            self.liveness.check(self.now(), self.moves.running, self.record.jobs, self.hosts)
 
     def _show_epoch(self) -> None:
         """Print the line of the epoch that just ended (:meth:`_progress`)."""
@@ -370,17 +384,23 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool,
     except Exception as exc:
         if isinstance(exc, WorkerError):
             print(f"slaq: error on a worker: {exc}", file=sys.stderr, flush=True)
+        elif isinstance(exc, RanksLost):
+            print(f"slaq: ranks lost: {exc}. Saving the record and ending the launch (exit "
+                  f"{EXIT_RANKS_LOST}): resume the run on the ranks left", file=sys.stderr, flush=True)
         else:
             print(f"slaq: error on rank 0 ({comm.hostname()}): {exc.__class__.__name__}: {exc}\n"
                   f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+        lost = isinstance(exc, RanksLost)
         if coord is not None:
             try:
                 coord._show_epoch()  # the line of the last decision, as the record will hold it
                 coord._save(finished=False)
+                if lost:  # the step supervisor resumes the run on the nodes left
+                    coord._write_status("ranks lost")
             except Exception as save_exc:  # the abort matters more than the record
                 print(f"slaq: could not save the record: {save_exc}", file=sys.stderr, flush=True)
         hint = disk_full_hint(exc, run_dir)
         if hint:
             print(hint, file=sys.stderr, flush=True)
-        comm.abort(EXIT_ABORTED)
-        return EXIT_ABORTED
+        comm.abort(EXIT_RANKS_LOST if lost else EXIT_ABORTED)
+        return EXIT_RANKS_LOST if lost else EXIT_ABORTED
