@@ -254,6 +254,12 @@ def first_failure(message: str | None) -> tuple[int, str] | None:
     return first, ""
 
 
+def gather_to_root(value: Any) -> list[Any] | None:
+    """Collective over the world: rank 0 gets every rank's small picklable ``value``, by rank
+    (the others get None)."""
+    return _world_collective().gather(value, root=0)  # type: ignore[no-any-return]
+
+
 def root_value(value: int) -> int:
     """Collective over the world: every rank gets rank 0's small integer ``value`` (the
     others pass any)."""

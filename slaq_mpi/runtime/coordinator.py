@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -41,6 +41,7 @@ from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, checked_allocation
 from slaq_mpi.runtime import comm, history
 from slaq_mpi.runtime import signals as _early_signals
 from slaq_mpi.runtime.admission import Admission
+from slaq_mpi.runtime.fit import fail_unfit
 from slaq_mpi.runtime.history import STATE_FILE, new_record, resume_record
 from slaq_mpi.runtime.job_reports import absorb
 from slaq_mpi.runtime.liveness import Liveness
@@ -363,9 +364,10 @@ def _raise_worker_error(info: dict[str, str]) -> NoReturn:
 
 
 def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool,
-                    hosts: Sequence[str] = ()) -> int:
+                    hosts: Sequence[str] = (), unfit: Mapping[str, str] | None = None) -> int:
     """Rank 0's entry point. Any error ends every rank (MPI abort) after saving the record,
-    so a run never hangs with workers waiting for a plan that will not come."""
+    so a run never hangs with workers waiting for a plan that will not come. ``unfit``: the
+    jobs of a resumed run that no longer fit its ranks, with why (they fail at once)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _on_signal)
     _received.extend(_early_signals.received)  # a stop asked for while the ranks were starting
@@ -376,6 +378,7 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool,
             draining = bool(json.loads((run_dir / STATE_FILE).read_text()).get("draining", False))
             _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s"
                  + (" (draining: no more jobs are accepted)" if draining else ""))
+            fail_unfit(record, unfit or {}, elapsed, _say)
             coord = Coordinator(spec, run_dir, record, epoch, elapsed, draining, hosts)
         else:
             coord = Coordinator(spec, run_dir, new_record(spec, comm.world_size() - 1),
