@@ -42,9 +42,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from slaq_mpi.slurm.outcome import ending
@@ -187,6 +188,8 @@ class Supervisor:
         self.lost: list[str] = []  # nodes found lost while the latest step ran
         self.ended = False  # the latest step was ended here
         self.ranks_lost = False  # the latest step's rank 0 lost ranks (status.json says so)
+        self._probes = ThreadPoolExecutor(max_workers=1)  # the nodes are probed beside the watch
+        self._probe: Future[list[str]] | None = None  # a probe of the nodes under way
         self._launched = 0.0
 
     def on_stop(self, signum: int, _frame: object) -> None:
@@ -293,11 +296,11 @@ class Supervisor:
                 status = None
             elif self._heartbeat_stale(status):
                 why = "rank 0 has stopped deciding"
-            elif several and status is not None and watch.stalled(status, time.monotonic()):
-                try:
-                    self.lost = self.find_lost()
-                except (RuntimeError, ValueError, OSError) as exc:
-                    _say(f"cannot tell which nodes answer ({exc})")
+            elif several and status is not None and watch.stalled(status, time.monotonic()) \
+                    and self._probe is None:
+                self._probe = self._probes.submit(self.find_lost)
+            if not why and self._probe is not None and self._probe.done():
+                self.lost = self._probe_result()
                 if self.lost:
                     why = f"lost node(s) {', '.join(self.lost)}"
             if why:
@@ -310,18 +313,35 @@ class Supervisor:
         self.ranks_lost = self._says_ranks_lost(self._read_status())
         return code, seen or self._lock_written()
 
-    def _end(self, proc: subprocess.Popen[bytes]) -> None:
-        """End a stuck step: its tasks killed through Slurm (on the nodes that answer), srun
-        ended, and rank 0 killed if it still holds the run directory from this node."""
+    def _probe_result(self) -> list[str]:
+        """The nodes the probe under way (waited for) found lost; [] if none ran or it failed."""
+        probe, self._probe = self._probe, None
+        if probe is None:
+            return []
+        try:
+            return probe.result()
+        except (RuntimeError, ValueError, OSError) as exc:
+            _say(f"cannot tell which nodes answer ({exc})")
+            return []
+
+    def _cancel_steps(self) -> None:
+        """Kill the job's steps through Slurm (the tasks on the nodes that answer)."""
         job = os.environ.get("SLURM_JOB_ID", "")
-        if job:
-            try:
-                steps = self.run_cmd(["squeue", "-h", "-s", "-j", job, "-o", "%i"], timeout=CANCEL_TIMEOUT)
-                for step in steps.stdout.split():
-                    if step.rsplit(".", 1)[-1].isdigit():
-                        self.run_cmd(["scancel", "--signal=KILL", step], timeout=CANCEL_TIMEOUT)
-            except Exception as exc:  # srun is ended below all the same
-                _say(f"could not cancel the step through Slurm ({exc})")
+        if not job:
+            return
+        try:
+            steps = self.run_cmd(["squeue", "-h", "-s", "-j", job, "-o", "%i"], timeout=CANCEL_TIMEOUT)
+            for step in steps.stdout.split():
+                if step.rsplit(".", 1)[-1].isdigit():
+                    self.run_cmd(["scancel", "--signal=KILL", step], timeout=CANCEL_TIMEOUT)
+        except Exception as exc:  # srun is ended all the same
+            _say(f"could not cancel the step through Slurm ({exc})")
+
+    def _end(self, proc: subprocess.Popen[bytes]) -> None:
+        """End a stuck step: its tasks killed through Slurm (on the nodes that answer; beside
+        the rest, as a dead node may hold Slurm's answer), srun ended, and rank 0 killed if it
+        still holds the run directory from this node."""
+        threading.Thread(target=self._cancel_steps, daemon=True).start()
         proc.terminate()
         try:
             proc.wait(timeout=2)
@@ -366,7 +386,7 @@ class Supervisor:
             try:
                 nodes = allocation_nodes(os.environ.get("SLURM_JOB_NODELIST", ""), self.run_cmd)
                 tasks = expand_tasks(os.environ.get("SLURM_TASKS_PER_NODE", ""), nodes)
-                lost = self.lost or self.find_lost()
+                lost = self.lost or self._probe_result() or self.find_lost()
             except (RuntimeError, ValueError, OSError) as exc:
                 _say(f"the step ended with status {status}; cannot tell which nodes are left ({exc})")
                 return status
