@@ -13,6 +13,9 @@ warning signal (USR1), preemption or scancel (TERM) creates RUN_DIR/STOP once th
 RUN_DIR (state.json written: a fresh start moves an old RUN_DIR aside, so a STOP file made
 too early would be lost); rank 0 then checkpoints every job and exits 75.
 
+On several nodes it also keeps a guard step on another node (:mod:`slaq_mpi.slurm.guard`),
+which requeues or cancels the job if this node (the batch script's and rank 0's) dies.
+
 It watches the run's rank 0 through the run directory's lock (held by rank 0 while it runs):
 once rank 0 has ended, a step still running after :data:`STEP_GRACE` seconds is stuck (srun
 waits for a dead node) and is ended; at once if rank 0 said it lost ranks (status.json's
@@ -48,6 +51,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from slaq_mpi.slurm.guard import GUARD_STEP, Heartbeat, guard_command
 from slaq_mpi.slurm.outcome import ending
 
 __all__ = ["STEP_GRACE", "Supervisor", "expand_tasks", "lost_nodes", "main", "relaunch_command",
@@ -190,6 +194,10 @@ class Supervisor:
         self.ranks_lost = False  # the latest step's rank 0 lost ranks (status.json says so)
         self._probes = ThreadPoolExecutor(max_workers=1)  # the nodes are probed beside the watch
         self._probe: Future[list[str]] | None = None  # a probe of the nodes under way
+        self.requeue = False  # slurm.requeue: what the guard does when this node is lost
+        self.guarded = False  # keep a guard step on another node (main sets it on several nodes)
+        self.guard: subprocess.Popen[bytes] | None = None  # the guard step (guard.py)
+        self._guard_node = ""
         self._launched = 0.0
 
     def on_stop(self, signum: int, _frame: object) -> None:
@@ -330,9 +338,10 @@ class Supervisor:
         if not job:
             return
         try:
-            steps = self.run_cmd(["squeue", "-h", "-s", "-j", job, "-o", "%i"], timeout=CANCEL_TIMEOUT)
-            for step in steps.stdout.split():
-                if step.rsplit(".", 1)[-1].isdigit():
+            steps = self.run_cmd(["squeue", "-h", "-s", "-j", job, "-o", "%i %j"], timeout=CANCEL_TIMEOUT)
+            for line in steps.stdout.splitlines():
+                step, _, name = line.strip().partition(" ")
+                if step.rsplit(".", 1)[-1].isdigit() and name.strip() != GUARD_STEP:
                     self.run_cmd(["scancel", "--signal=KILL", step], timeout=CANCEL_TIMEOUT)
         except Exception as exc:  # srun is ended all the same
             _say(f"could not cancel the step through Slurm ({exc})")
@@ -365,6 +374,40 @@ class Supervisor:
         except OSError:
             return False
 
+    def ensure_guard(self) -> None:
+        """On several nodes, a guard step runs on another node than this one (guard.py): it
+        ends or requeues the job if this node dies. Started again if its node was lost."""
+        job = os.environ.get("SLURM_JOB_ID", "")
+        several = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1) > 1
+        if not self.guarded or not job or not several:
+            return
+        if self.guard is not None and self.guard.poll() is None:
+            if self._guard_node not in self.excluded:
+                return
+            self.guard.kill()  # its node is lost (its srun may wait for it): no waiting here
+        self.guard = None
+        try:
+            nodes = allocation_nodes(os.environ.get("SLURM_JOB_NODELIST", ""), self.run_cmd)
+        except (RuntimeError, ValueError, OSError) as exc:
+            _say(f"no guard of this node ({exc})")
+            return
+        others = [n for n in nodes if n != socket.gethostname() and n not in self.excluded]
+        if others:
+            self._guard_node = others[0]
+            self.guard = subprocess.Popen(
+                guard_command(self.slaq[0], str(self.run_dir), self.requeue, others[0], job),
+                env={**self.env, "SLURM_OVERLAP": "1"})
+
+    def stop_guard(self) -> None:
+        """End the guard step (after the heartbeat said the batch script is done)."""
+        if self.guard is None or self.guard.poll() is not None:
+            return
+        self.guard.terminate()
+        try:
+            self.guard.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.guard.kill()
+
     def supervise(self) -> int:
         """Run the launch; resume it on the nodes left while nodes are lost. Returns the exit
         status of the last launch."""
@@ -372,6 +415,7 @@ class Supervisor:
         command = self.command
         same_nodes = 0
         while True:
+            self.ensure_guard()
             self._launched = time.time()
             status, started = self.run_step(command)
             if self.ended:  # rank 0 may have finished the run before the step was ended
@@ -519,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     resuming = "--resume" in command[-3:]
     _say_batch(f"resuming {run_dir}" if resuming else f"starting {args.config} into {run_dir}")
     sup = Supervisor(run_dir, args.launcher, command, run_cmd, dict(os.environ))
+    sup.requeue = args.requeue == "1"
     sup_box.append(sup)
     for signum in early + ([signal.Signals[f"SIG{args.stop_asked}"]] if args.stop_asked else []):
         sup.on_stop(signum, None)
@@ -530,7 +575,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ""
 
     before = lock_text()
-    status = sup.supervise()
+    several = int(os.environ.get("SLURM_JOB_NUM_NODES", "1") or 1) > 1
+    heartbeat = Heartbeat(run_dir).start() if several else None
+    sup.guarded = several
+    try:
+        status = sup.supervise()
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+        sup.stop_guard()
     job = os.environ.get("SLURM_JOB_ID", "")
     asked_by_slurm = status == 75 and sup.stop_asked and job
     job_line = (_answer(run_cmd, ["scontrol", "show", "job", job, "-o"]) or "") if asked_by_slurm else ""
