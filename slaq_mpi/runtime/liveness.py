@@ -27,7 +27,7 @@ from slaq_mpi.storage.metrics import JobRecord
 __all__ = ["PACE_WINDOW", "SILENT_EPOCHS", "SILENT_MARGIN", "START_SECONDS", "Liveness", "pace"]
 
 SILENT_EPOCHS = 3  # report periods a job may miss before it is silent
-SILENT_MARGIN = 4.0  # seconds on top (a loaded machine delays a report now and then)
+SILENT_MARGIN = 8.0  # seconds on top (a loaded machine delays a report now and then)
 START_SECONDS = 10.0  # seconds more for the first report after an assignment (state restored)
 PACE_WINDOW = 20  # the recent iterations a job's pace is taken from
 

@@ -63,7 +63,8 @@ STALL_EPOCHS = 3  # this many epochs) makes the supervisor probe the nodes
 POLL = 0.25  # seconds between looks at the step
 PROBE_TIMEOUT = 6.0  # seconds a node has to run a probe task
 CANCEL_TIMEOUT = 3.0  # seconds Slurm's commands get to cancel a stuck step (a dead node may hold them)
-SAME_NODES_RESUMES = 2  # resumes on the same nodes after rank 0 lost ranks that every node answered
+SAME_NODES_RESUMES = 2  # resumes on the same nodes after rank 0 lost ranks that every node answered,
+SAME_NODES_WINDOW = 300.0  # in a row: each launch ended within this many seconds of its start
 # exit statuses that are the run's own result: every job done, a job failed, bad input, stopped
 _FINAL = {0, 1, 2, 75}
 RANKS_LOST_STATE = "ranks lost"  # status.json's state when rank 0 lost ranks (exit 76)
@@ -417,7 +418,10 @@ class Supervisor:
         while True:
             self.ensure_guard()
             self._launched = time.time()
+            began = time.monotonic()
             status, started = self.run_step(command)
+            if time.monotonic() - began > SAME_NODES_WINDOW:
+                same_nodes = 0
             if self.ended:  # rank 0 may have finished the run before the step was ended
                 from slaq_mpi.runtime.resume import finished_status
 
