@@ -91,7 +91,8 @@ def test_every_node_answering_is_no_node_lost() -> None:
     (2, False, True, False),    # bad input
     (75, False, True, False),   # stopped on request
     (137, False, True, True),   # the step was killed: perhaps a node is gone
-    (3, False, True, True),     # rank 0 aborted (a send to a dead rank failed)
+    (3, False, True, True),     # rank 0 aborted on an error
+    (76, False, True, True),    # rank 0 lost ranks (a job stopped reporting, a message failed)
     (137, True, True, False),   # the job was asked to stop (scancel, time limit)
     (137, False, False, False),  # the launch failed before any rank 0 ran
 ])
