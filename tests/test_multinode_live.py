@@ -237,6 +237,24 @@ def test_losing_a_node_resumes_on_the_others_in_the_same_job(
         subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
 
 
+def _lose_rank_0s_node(workdir: Path) -> tuple[Submitted, dict[str, str]]:
+    """Submit, kill node n1 mid-run, wait for the guard's requeue, let Slurm have the node
+    down and back, and wait for the restarted job's end."""
+    job = submit(workdir)
+    try:
+        job.wait_for("the run to be midway", lambda _i: float(_status(job.run_dir).get("now", 0.0)) > 6.0)
+        print(f"{time.strftime('%T')} {kill_node('n1')}")
+        job.wait_for("the guard's requeue", lambda _i: "slaq guard:" in job.log_text())
+        down = slurm.run_cmd(["scontrol", "update", "NodeName=n1", "State=DOWN", "Reason=killed-by-test"])
+        assert down.returncode == 0, down.stderr
+        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
+        return job, job.wait_for("the requeued job's end", lambda i: int(i.get("Restarts", "0")) >= 1
+                                 and i.get("JobState") in FINAL_STATES)
+    finally:
+        job.cancel()
+        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
+
+
 def test_losing_rank_0s_node_requeues_the_job_which_resumes(
         tmp_path: Path, uninterrupted: tuple[Submitted, dict[str, str]]) -> None:
     """Node n1 holds rank 0 and the batch script: both die with it. With --no-kill Slurm would
@@ -246,25 +264,16 @@ def test_losing_rank_0s_node_requeues_the_job_which_resumes(
     is that same event now."""
     ref_job, ref_info = uninterrupted
     assert ref_info["JobState"] == "COMPLETED", "the uninterrupted run failed; see its own test"
-    job = submit(tmp_path)
-    try:
-        job.wait_for("the run to be midway", lambda _i: float(_status(job.run_dir).get("now", 0.0)) > 6.0)
-        print(f"{time.strftime('%T')} {kill_node('n1')}")
-        job.wait_for("the guard's requeue", lambda _i: "slaq guard:" in job.log_text())
-        down = slurm.run_cmd(["scontrol", "update", "NodeName=n1", "State=DOWN", "Reason=killed-by-test"])
-        assert down.returncode == 0, down.stderr
-        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
-        info = job.wait_for("the requeued job's end", lambda i: int(i.get("Restarts", "0")) >= 1
-                            and i.get("JobState") in FINAL_STATES)
-        log = job.log_text()
-        assert info["JobState"] == "COMPLETED", f"{info}\n{log[-4000:]}"
-        assert "its node is lost; requeueing the job" in log, log[-4000:]
-        assert f"restart 1: resuming {job.run_dir}" in log, log[-4000:]
-        ref, final = read_metrics(ref_job.run_dir), read_metrics(job.run_dir)
-        for name, ref_trace in ref.jobs.items():
-            got = final.jobs[name]
-            assert got.status == "done", (name, got.status, got.reason)
-            np.testing.assert_allclose(got.loss, ref_trace.loss, rtol=1e-9, atol=0, err_msg=name)
-    finally:
-        job.cancel()
-        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
+    job, info = _lose_rank_0s_node(tmp_path / "first")
+    if info.get("JobState") != "COMPLETED" and PMI2_MISREAD in job.log_text():
+        print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
+        job, info = _lose_rank_0s_node(tmp_path / "again")
+    log = job.log_text()
+    assert info["JobState"] == "COMPLETED", f"{info}\n{log[-4000:]}"
+    assert "its node is lost; requeueing the job" in log, log[-4000:]
+    assert f"restart 1: resuming {job.run_dir}" in log, log[-4000:]
+    ref, final = read_metrics(ref_job.run_dir), read_metrics(job.run_dir)
+    for name, ref_trace in ref.jobs.items():
+        got = final.jobs[name]
+        assert got.status == "done", (name, got.status, got.reason)
+        np.testing.assert_allclose(got.loss, ref_trace.loss, rtol=1e-9, atol=0, err_msg=name)

@@ -292,6 +292,8 @@ class Supervisor:
             time.sleep(POLL)
             self._make_stop()
             running = self._rank0_running()
+            if running and not seen:  # the launch is up: its own start is not slowed by the guard's
+                self.ensure_guard()
             seen |= running
             if seen and not running and ended_at is None:
                 ended_at = time.monotonic()
@@ -416,7 +418,6 @@ class Supervisor:
         command = self.command
         same_nodes = 0
         while True:
-            self.ensure_guard()
             self._launched = time.time()
             began = time.monotonic()
             status, started = self.run_step(command)
