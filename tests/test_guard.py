@@ -42,42 +42,68 @@ def test_a_beating_or_slow_to_start_batch_script_is_alive_a_silent_one_gone() ->
 
 
 class Slurm:
-    def __init__(self, code: int = 0) -> None:
-        self.code = code
+    """Slurm as the guard sees it: the job's batch node and log, a probe of the node that
+    answers or not, and the requeue or cancel that works or not."""
+
+    def __init__(self, log: Path, probe: int = 1, act: int = 0) -> None:
+        self.log, self.probe, self.act = log, probe, act
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(argv))
-        return subprocess.CompletedProcess(list(argv), self.code, "JobId=7 StdOut=/nonexistent/x.out", "")
+        argv = list(argv)
+        self.calls.append(argv)
+        out, code = "", self.act
+        if argv[:3] == ["scontrol", "show", "job"]:
+            out, code = f"JobId=7 JobState=RUNNING BatchHost=n1 StdOut={self.log} Restarts=0", 0
+        elif argv[:3] == ["scontrol", "show", "node"]:
+            out, code = "NodeName=n1 State=ALLOCATED", 0
+        elif argv[0] == "srun":
+            code = self.probe
+        return subprocess.CompletedProcess(argv, code, out, "")
+
+    def acts(self) -> list[list[str]]:
+        return [c for c in self.calls if c[:2] in (["scontrol", "requeue"], ["scancel", "7"])]
 
 
-def _run_guard(tmp_path: Path, requeue: bool, beats: int, slurm: Slurm) -> int:
-    """The guard against a batch script that beats ``beats`` times, then stops (a fake clock)."""
+def _run_guard(tmp_path: Path, requeue: bool, beats: int, slurm: Slurm, done_at: float = 1e9) -> int:
+    """The guard against a batch script that beats ``beats`` times, then stops, and says
+    ``done`` at ``done_at`` (a fake clock)."""
     run_dir = tmp_path / "run"
     t = [0.0]
 
     def sleep(seconds: float) -> None:
         t[0] += seconds
-        if t[0] < beats:
+        if t[0] >= done_at:
+            alive_path(run_dir).write_text(DONE)
+        elif t[0] < beats:
             alive_path(run_dir).write_text(str(int(t[0])))
 
     alive_path(run_dir).write_text("0")
     return guard(run_dir, requeue, slurm, "7", clock=lambda: t[0], sleep=sleep)
 
 
-def test_the_guard_requeues_or_cancels_the_job_once_the_batch_script_is_silent(tmp_path: Path) -> None:
-    slurm = Slurm()
+def test_the_guard_requeues_or_cancels_the_job_once_the_batch_node_is_lost(tmp_path: Path) -> None:
+    slurm = Slurm(tmp_path / "job.log")
     assert _run_guard(tmp_path, True, 30, slurm) == 0
-    assert [c for c in slurm.calls if c[1] != "show"] == [["scontrol", "requeue", "7"]]
-    slurm = Slurm()
+    assert slurm.acts() == [["scontrol", "requeue", "7"]]
+    assert "its node is lost; requeueing the job" in (tmp_path / "job.log").read_text()
+    probe = next(c for c in slurm.calls if c[0] == "srun")
+    assert probe[probe.index("-w") + 1] == "n1"  # the batch node, probed before acting
+    slurm = Slurm(tmp_path / "job.log")
     assert _run_guard(tmp_path, False, 5, slurm) == 0
-    assert [c for c in slurm.calls if c[1] != "show"] == [["scancel", "7"]]
-    assert _run_guard(tmp_path, True, 5, Slurm(code=1)) == 1
+    assert slurm.acts() == [["scancel", "7"]]
+    assert _run_guard(tmp_path, True, 5, Slurm(tmp_path / "job.log", act=1)) == 1
+
+
+def test_a_silent_heartbeat_on_a_node_that_answers_is_no_reason_to_act(tmp_path: Path) -> None:
+    slurm = Slurm(tmp_path / "job.log", probe=0)
+    assert _run_guard(tmp_path, True, 5, slurm, done_at=5 + 3 * GUARD_SECONDS) == 0
+    assert slurm.acts() == [] and len([c for c in slurm.calls if c[0] == "srun"]) >= 2
 
 
 def test_the_guard_leaves_a_job_whose_batch_script_ended_alone(tmp_path: Path) -> None:
     alive_path(tmp_path / "run").write_text(DONE)
-    slurm = Slurm()
+    slurm = Slurm(tmp_path / "job.log")
     assert guard(tmp_path / "run", True, slurm, "7", sleep=lambda _s: None) == 0 and slurm.calls == []
 
 

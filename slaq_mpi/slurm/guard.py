@@ -8,7 +8,8 @@ its time limit. So the step supervisor (:mod:`slaq_mpi.slurm.supervise`) starts 
 one-task step on another node of the allocation, and shows it that it lives by rewriting a
 heartbeat file beside the run directory (:class:`Heartbeat`, ``.NAME.alive``) every second.
 When the heartbeat stops changing for :data:`GUARD_SECONDS` (watched on the guard's own clock:
-the nodes' clocks may differ), the batch script is gone: the guard requeues the job
+the nodes' clocks may differ) and the batch script's node does not answer a probe (a one-task
+step there), the batch script is gone: the guard requeues the job
 (``scontrol requeue``; its restart resumes the run from the checkpoints) or, with
 ``requeue: false``, cancels it, so the allocation is not held. The supervisor writes ``done``
 into the file and ends the guard when it ends itself.
@@ -115,19 +116,35 @@ def guard_command(python: str, run_dir: str, requeue: bool, node: str, job: str)
             "--requeue", "1" if requeue else "0"]
 
 
-def _say(job: str, msg: str, run_cmd: RunCmd) -> None:
-    """Print ``msg``, and append it to the job's log (the guard's own output goes through
-    the batch node's srun, which died with the node)."""
-    line = f"slaq guard: {time.strftime('%F %T')} job {job}: {msg}"
-    print(line, flush=True)
+def _job_field(job: str, key: str, run_cmd: RunCmd) -> str:
+    """``key``'s value in ``scontrol show job -o`` of ``job`` ("" if Slurm does not say)."""
     try:
         info = run_cmd(["scontrol", "show", "job", job, "-o"], timeout=30).stdout
-        found = re.search(r"\bStdOut=(\S+)", info)
-        if found:
-            with open(found.group(1), "a") as log:
-                log.write(line + "\n")
-    except Exception:  # the line on standard output is enough
-        pass
+    except Exception:
+        return ""
+    found = re.search(rf"\b{key}=(\S+)", info)
+    return found.group(1) if found else ""
+
+
+def _say(job: str, msg: str, run_cmd: RunCmd) -> None:
+    """Append ``msg`` to the job's log (the guard's own output goes through the batch node's
+    srun, which died with the node); print it if the log cannot be written."""
+    line = f"slaq guard: {time.strftime('%F %T')} job {job}: {msg}"
+    try:
+        with open(_job_field(job, "StdOut", run_cmd), "a") as log:
+            log.write(line + "\n")
+    except OSError:
+        print(line, flush=True)
+
+
+def _batch_node_answers(job: str, run_cmd: RunCmd) -> bool:
+    """Whether the batch script's node answers a probe (a one-task step there: the supervisor's
+    :func:`~slaq_mpi.slurm.supervise.lost_nodes`): a heartbeat that stopped on a node that
+    answers is a slow or stuck filesystem, not a lost node."""
+    from slaq_mpi.slurm.supervise import lost_nodes
+
+    host = _job_field(job, "BatchHost", run_cmd)
+    return bool(host) and not lost_nodes([host], "", job, run_cmd)
 
 
 def guard(run_dir: Path, requeue: bool, run_cmd: RunCmd, job: str,
@@ -145,7 +162,9 @@ def guard(run_dir: Path, requeue: bool, run_cmd: RunCmd, job: str,
         if seen == "done":
             return 0
         if seen == "gone":
-            break
+            if not _batch_node_answers(job, run_cmd):
+                break
+            watch.since = clock()  # the node answers: keep watching
         sleep(BEAT / 2)
     act = ["scontrol", "requeue", job] if requeue else ["scancel", job]
     _say(job, f"the batch script has not beaten for {watch.patience:g} s: its node is lost; "
