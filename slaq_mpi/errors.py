@@ -9,6 +9,8 @@ from typing import Any
 # Exit statuses of `slaq run` (README): every job done; a job failed; bad input; the run
 # aborted on an error (fix it, then --resume); stopped on request (--resume later).
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_ABORTED, EXIT_STOPPED = 0, 1, 2, 3, 75
+# Ranks of the run were lost (their node failed): the record is saved; resume on the ranks left.
+EXIT_RANKS_LOST = 76
 
 
 class SlaqError(Exception):
@@ -44,6 +46,12 @@ class DataError(SlaqError, ValueError):
 
 class WorkerError(SlaqError, RuntimeError):
     """An exception raised on a worker rank, re-raised on rank 0 with rank, host and job."""
+
+
+class RanksLost(SlaqError, RuntimeError):
+    """Rank 0 lost touch with worker ranks (a job stopped reporting, or a message to or from a
+    rank failed): their node failed or they were killed. The run saves its record and ends
+    with :data:`EXIT_RANKS_LOST`."""
 
 
 class ContractError(SlaqError, RuntimeError):

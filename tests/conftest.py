@@ -82,6 +82,8 @@ SLOW = (
 # Skips that are no missing piece: (pattern of the reason, why it is fine under CI too).
 EXPECTED_SKIPS = (
     (r"needs 2 CPUs to bind two ranks apart", "a property of the machine, not of its setup"),
+    (r"losing rank 0's node is opt-in", "the emulated cluster's PMI-2 misreads make it flaky "
+                                        "(tests/test_multinode_live.py)"),
 )
 
 # Seconds a test may take (setup, call and teardown each), by tier; the first marker found wins.

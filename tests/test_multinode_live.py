@@ -22,13 +22,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from slaq_mpi.slurm import submit as slurm
 from slaq_mpi.slurm.submit import SlurmError
 from slaq_mpi.storage.metrics import read_metrics
 from tests.conftest import ROOT, run_slaq, under_ci
-from tests.test_slurm_live import FINAL_STATES, Submitted
+from tests.slurm_jobs import FINAL_STATES, Submitted, submit_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 
@@ -88,18 +87,7 @@ def kill_node(name: str) -> str:
 
 def submit(workdir: Path, **slurm_keys: Any) -> Submitted:
     """``slaq submit`` of tests/configs/multinode.yaml into ``workdir``, with ``slurm_keys``."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    raw = yaml.safe_load(CONFIG.read_text())
-    raw["output_dir"] = str(workdir / "run")
-    raw["slurm"].update({"python": sys.executable, "output": str(workdir / "slurm-%j.out"),
-                         **slurm_keys})
-    cfg = workdir / "multinode.yaml"
-    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
-    proc = run_slaq(["submit", str(cfg)], cwd=workdir, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    found = re.search(r"submitted batch job (\d+)", proc.stdout)
-    assert found, proc.stdout
-    return Submitted(workdir, found.group(1))
+    return submit_config(CONFIG, workdir, **slurm_keys)
 
 
 def finished(job: Submitted) -> dict[str, str]:
@@ -247,3 +235,52 @@ def test_losing_a_node_resumes_on_the_others_in_the_same_job(
         job.cancel()
         # the lost node comes back, so Slurm can finish the job's clean-up
         subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
+
+
+def _lose_rank_0s_node(workdir: Path) -> tuple[Submitted, dict[str, str]]:
+    """Submit, kill node n1 mid-run, wait for the guard's requeue, let Slurm have the node
+    down and back, and wait for the restarted job's end."""
+    job = submit(workdir)
+    try:
+        job.wait_for("the run to be midway", lambda _i: float(_status(job.run_dir).get("now", 0.0)) > 6.0)
+        print(f"{time.strftime('%T')} {kill_node('n1')}")
+        job.wait_for("the guard's requeue", lambda _i: "slaq guard:" in job.log_text())
+        down = slurm.run_cmd(["scontrol", "update", "NodeName=n1", "State=DOWN", "Reason=killed-by-test"])
+        assert down.returncode == 0, down.stderr
+        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
+        return job, job.wait_for("the requeued job's end", lambda i: int(i.get("Restarts", "0")) >= 1
+                                 and i.get("JobState") in FINAL_STATES)
+    finally:
+        job.cancel()
+        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)
+
+
+# Opt-in: the resumed launch after node n1 is started again has met slurmstepd's PMI-2 misread
+# (PMI2_MISREAD) in 2 of 4 runs here, once hanging inside MPI_Init until the test gave up; and
+# the test adds about 2 minutes to the tier.
+RANK0_NODE = os.environ.get("SLAQ_MN_RANK0") == "1"
+
+
+@pytest.mark.skipif(not RANK0_NODE, reason="losing rank 0's node is opt-in: set SLAQ_MN_RANK0=1")
+def test_losing_rank_0s_node_requeues_the_job_which_resumes(
+        tmp_path: Path, uninterrupted: tuple[Submitted, dict[str, str]]) -> None:
+    """Node n1 holds rank 0 and the batch script: both die with it. With --no-kill Slurm would
+    keep the job running on the other nodes with nothing in it; the guard step on another
+    node sees the batch script's heartbeat stop and requeues the job, whose restart resumes the
+    run. Slurm lets go of the dead node at its SlurmdTimeout (minutes); marking the node down
+    is that same event now."""
+    ref_job, ref_info = uninterrupted
+    assert ref_info["JobState"] == "COMPLETED", "the uninterrupted run failed; see its own test"
+    job, info = _lose_rank_0s_node(tmp_path / "first")
+    if info.get("JobState") != "COMPLETED" and PMI2_MISREAD in job.log_text():
+        print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
+        job, info = _lose_rank_0s_node(tmp_path / "again")
+    log = job.log_text()
+    assert info["JobState"] == "COMPLETED", f"{info}\n{log[-4000:]}"
+    assert "its node is lost; requeueing the job" in log, log[-4000:]
+    assert f"restart 1: resuming {job.run_dir}" in log, log[-4000:]
+    ref, final = read_metrics(ref_job.run_dir), read_metrics(job.run_dir)
+    for name, ref_trace in ref.jobs.items():
+        got = final.jobs[name]
+        assert got.status == "done", (name, got.status, got.reason)
+        np.testing.assert_allclose(got.loss, ref_trace.loss, rtol=1e-9, atol=0, err_msg=name)

@@ -72,3 +72,23 @@ def test_a_second_ctrl_c_aborts_and_the_checkpoints_still_resume(tmp_path: Path,
     assert "stopped at t=" not in proc.out(), proc.shown()  # no graceful stop was completed
     hold.unlink()
     _resume_exactly(cfg, tmp_path)
+
+
+def test_a_job_that_no_longer_fits_a_resumed_run_fails_alone(tmp_path: Path, launch: Launch) -> None:
+    """good-1's model fits at the start and no longer when the run resumes (its solver's
+    estimate grows): good-1 fails with the reason, the other jobs finish, the run exits 1."""
+    swell = tmp_path / "swell"
+    cfg = faults_config(tmp_path, jobs=faults_jobs("Swollen", swell=str(swell)))
+    run = tmp_path / "run"
+    proc = launch(["run", str(cfg)], tmp_path)
+    wait_epochs(run, proc, 3)
+    (run / "STOP").touch()
+    assert proc.finish(120) == 75, proc.shown()
+    swell.touch()
+    res = run_slaq(["run", "--resume", str(run)], cwd=tmp_path, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "job good-1 failed: its model no longer fits the memory of " in res.stdout, res.stdout
+    status = json.loads((run / "status.json").read_text())
+    jobs = {j["name"]: (j["status"], j["reason"]) for j in status["jobs"]}
+    assert jobs["good-1"][0] == "failed" and "no longer fits" in jobs["good-1"][1], jobs
+    assert {n: s for n, (s, _) in jobs.items() if n != "good-1"} == {"good-2": "done", "good-3": "done"}

@@ -13,8 +13,7 @@ import json
 import re
 import shutil
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,11 @@ import yaml
 from slaq_mpi.slurm import submit as slurm
 from slaq_mpi.slurm.submit import SlurmError
 from tests.conftest import ROOT, run_slaq, under_ci
+from tests.slurm_jobs import FINAL_STATES, Submitted, submit_config
 
 pytestmark = pytest.mark.slurm
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "slurm-small.yaml"
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-                "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
-GIVE_UP = 900.0  # seconds: only a safety net so a broken run cannot hang the suite
 
 
 def _slurm_problem() -> str | None:
@@ -61,42 +58,6 @@ def slurm_up() -> None:
     pytest.skip(f"no Slurm here ({problem}); start one with scripts/local-slurm.sh")
 
 
-class Submitted:
-    """One `slaq submit` of the small config into a directory of its own."""
-
-    def __init__(self, workdir: Path, job_id: str) -> None:
-        self.workdir = workdir
-        self.job_id = job_id
-        self.run_dir = workdir / "run"
-        self.log = workdir / f"slurm-{job_id}.out"
-
-    def info(self) -> dict[str, str]:
-        return slurm.job_info(self.job_id)
-
-    def wait_for(self, what: str, ready: Callable[[dict[str, str]], bool]) -> dict[str, str]:
-        """Poll scontrol until ``ready(info)``; fail with the log if the safety net runs out."""
-        deadline = time.monotonic() + GIVE_UP
-        while time.monotonic() < deadline:
-            info = self.info()
-            if ready(info):
-                return info
-            if not info:
-                pytest.fail(f"job {self.job_id}: Slurm no longer knows it\n{self.log_text()[-3000:]}")
-            time.sleep(0.5)
-        pytest.fail(f"job {self.job_id}: gave up waiting for {what}; last state {self.info()}\n"
-                    f"{self.log_text()[-3000:]}")
-
-    def wait_final(self) -> dict[str, str]:
-        return self.wait_for("the end", lambda i: i.get("JobState") in FINAL_STATES)
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else "(no log yet)"
-
-    def cancel(self) -> None:
-        if self.info().get("JobState") not in FINAL_STATES | {None}:
-            slurm.run_cmd(["scancel", self.job_id])
-
-
 # A job that takes at least 0.02 s per iteration, 40 s in all, on any machine: a run with it is
 # still going after a stop, a requeue and a few epochs more.
 PACED_JOB = {"name": "paced", "algorithm": f"{ROOT / 'tests' / 'solvers' / 'paced.py'}:Paced",
@@ -105,19 +66,7 @@ PACED_JOB = {"name": "paced", "algorithm": f"{ROOT / 'tests' / 'solvers' / 'pace
 
 
 def _submit(workdir: Path, extra_jobs: tuple[dict[str, Any], ...] = (), **slurm_keys: Any) -> Submitted:
-    workdir.mkdir(parents=True, exist_ok=True)
-    raw = yaml.safe_load(CONFIG.read_text())
-    raw["output_dir"] = str(workdir / "run")
-    raw["jobs"] += list(extra_jobs)
-    raw.setdefault("slurm", {})
-    raw["slurm"].update({"python": sys.executable, "output": str(workdir / "slurm-%j.out"), **slurm_keys})
-    cfg = workdir / "slurm-small.yaml"
-    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
-    proc = run_slaq(["submit", str(cfg)], cwd=workdir, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    found = re.search(r"submitted batch job (\d+)", proc.stdout)
-    assert found, proc.stdout
-    return Submitted(workdir, found.group(1))
+    return submit_config(CONFIG, workdir, extra_jobs, **slurm_keys)
 
 
 def _read_metrics(run_dir: Path) -> dict[str, dict[str, Any]]:

@@ -95,14 +95,13 @@ _MUST = {
                 "REQUEUE=0"),
 }
 _EVERY_SCRIPT = (
-    "trap 'request_stop USR1' USR1",
-    "trap 'request_stop TERM' TERM",
-    '        touch "$RUN_DIR/STOP"',
-    '    ARGS=(run --resume "$RUN_DIR")',
-    '    "${LAUNCH[@]}" "$PYTHON" "$SLAQ_PKG/__main__.py" "${ARGS[@]}" &',
-    '"$PYTHON" "$SLAQ_PKG/slurm/supervise.py" --run-dir "$RUN_DIR" --launcher "$LAUNCHER" -- \\',
-    '        if [ "$REQUEUE" = 1 ] && [ "$RESTARTS" -lt "$MAX_RESTARTS" ]; then',
-    '            if scontrol requeue "$SLURM_JOB_ID"; then',
+    "trap 'STOP_ASKED=USR1' USR1",
+    "trap 'STOP_ASKED=TERM' TERM",
+    "trap '' USR1 TERM",
+    'exec "$PYTHON" "$SLAQ_PKG/slurm/supervise.py" --run-dir "$RUN_DIR" --config "$CONFIG" \\',
+    '    --launcher "$LAUNCHER" --requeue "$REQUEUE" --max-restarts "$MAX_RESTARTS" \\',
+    '    --advice "$LAUNCH_ADVICE" ${STOP_ASKED:+--stop-asked "$STOP_ASKED"} -- \\',
+    '    "${LAUNCH[@]}" "$PYTHON" "$SLAQ_PKG/__main__.py"',
 )
 
 
@@ -161,7 +160,7 @@ def test_the_ranks_run_the_package_slaq_submit_imported(tmp_path: Path) -> None:
     lines = text.splitlines()
     assert "SLAQ_PKG='/opt/v env/slaq_mpi'" in lines
     assert "-m slaq_mpi" not in text  # a checkout in the job's directory would shadow the package
-    assert '    "${LAUNCH[@]}" "$PYTHON" "$SLAQ_PKG/__main__.py" "${ARGS[@]}" &' in lines
+    assert '    "${LAUNCH[@]}" "$PYTHON" "$SLAQ_PKG/__main__.py"' in lines
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: x\nranks: 2\njobs:\n  - {name: a, algorithm: logreg, dataset: "
                    "{generator: classification, rows: 10, features: 2}}\n")
@@ -742,7 +741,7 @@ case $FAKE_MODE in
     signalled)
         # Slurm signals the batch shell (time limit, preemption, scancel): its trap asks for the stop
         mkdir -p "$run_dir"; echo '{}' > "$run_dir/state.json"
-        kill -"${FAKE_SIGNAL:-USR1}" "$(ps -o ppid= -p "$PPID")"   # the batch shell, above the supervisor
+        kill -"${FAKE_SIGNAL:-USR1}" "$PPID"   # the batch job's process: the supervisor, exec'd
         while [ ! -e "$run_dir/STOP" ]; do sleep 0.05; done
         rm -f "$run_dir/STOP"; exit 75 ;;
     wait-stop)

@@ -13,13 +13,16 @@ from typing import Any
 
 import pytest
 
+from slaq_mpi.slurm.outcome import cancelled_by_user, ending
 from slaq_mpi.slurm.supervise import (
+    SAME_NODES_RESUMES,
     Progress,
     Supervisor,
     expand_tasks,
     lost_nodes,
     relaunch_command,
     should_relaunch,
+    start_command,
 )
 from slaq_mpi.storage.rundir import lock_path
 
@@ -88,7 +91,8 @@ def test_every_node_answering_is_no_node_lost() -> None:
     (2, False, True, False),    # bad input
     (75, False, True, False),   # stopped on request
     (137, False, True, True),   # the step was killed: perhaps a node is gone
-    (3, False, True, True),     # rank 0 aborted (a send to a dead rank failed)
+    (3, False, True, True),     # rank 0 aborted on an error
+    (76, False, True, True),    # rank 0 lost ranks (a job stopped reporting, a message failed)
     (137, True, True, False),   # the job was asked to stop (scancel, time limit)
     (137, False, False, False),  # the launch failed before any rank 0 ran
 ])
@@ -220,3 +224,70 @@ def test_a_step_hanging_after_its_rank_0_ended_is_ended(tmp_path: Path,
     status, rank0_ran = sup.run_step(["bash", str(step)])  # the step itself would sleep 120 s
     assert rank0_ran and sup.ended
     assert status == 128 + signal.SIGTERM
+
+
+def test_rank_0_losing_ranks_every_node_answers_resumes_on_the_same_nodes(allocation: None) -> None:
+    """Rank 0 ended on silent jobs (exit 76) but no node is gone: the run resumes on all the
+    nodes, a bounded number of times, then ends with that status."""
+
+    class LostRanks(Scripted):
+        def run_step(self, command: list[str]) -> tuple[int, bool]:
+            self.ranks_lost = True
+            return super().run_step(command)
+
+    sup = LostRanks([(76, True), (76, True), (76, True)], FakeSlurm({}))
+    assert sup.supervise() == 76
+    assert len(sup.launched) == 1 + SAME_NODES_RESUMES
+    assert sup.launched[1] == ["srun", "--overlap", "--nodes=3", "--ntasks=12", "--mpi=pmi2", *SLAQ,
+                               "run", "--resume", "/runs/x"]
+
+
+def test_the_first_launch_starts_or_resumes(tmp_path: Path) -> None:
+    launch = ["srun", "--mpi=pmi2", *SLAQ]
+    assert start_command(launch, tmp_path, "/c.yaml") == [*launch, "run", "/c.yaml"]
+    (tmp_path / "state.json").write_text("{}")
+    assert start_command(launch, tmp_path, "/c.yaml") == [*launch, "run", "--resume", str(tmp_path)]
+
+
+# --- how the batch job ends (slaq_mpi/slurm/outcome.py) ------------------------------------------
+
+_END = {"run_dir": "/r", "advice": "check slurm.mpi", "requeue": True, "restarts": 0, "max_restarts": 2}
+_LINE = "JobId=7 JobName=x JobState={state} Reason={reason} Dependency=(null) Restarts=0"
+
+
+@pytest.mark.parametrize(("status", "stop", "started", "line", "said", "code", "requeue"), [
+    (0, False, True, "", "every job done", 0, False),
+    (1, False, True, "", "at least one job failed", 1, False),
+    (2, False, False, "", "bad input or run directory in use", 2, False),
+    (3, False, True, "", "slaq run exited with status 3; after a crash", 3, False),
+    (76, False, True, "", "slaq run exited with status 76", 76, False),
+    (1, False, False, "", "the MPI launch failed before the run started (status 1", 3, False),
+    (0, False, False, "", "the MPI launch failed before the run started (status 0", 3, False),
+    (75, False, True, "", "stopped with checkpoints on request (RUN_DIR/STOP or a signal to rank 0), "
+                          "not requeued", 75, False),
+    (75, True, True, _LINE.format(state="RUNNING", reason="None"), "requeueing", 0, True),
+    (75, True, True, _LINE.format(state="COMPLETING", reason="TimeLimit"), "requeueing", 0, True),
+    (75, True, True, _LINE.format(state="COMPLETING", reason="None"), "ended by Slurm (scancel", 75, False),
+    (75, True, True, _LINE.format(state="CANCELLED", reason="None"), "ended by Slurm (scancel", 75, False),
+    (75, True, False, "", "requeueing", 0, True),  # a stop before the run owned RUN_DIR
+])
+def test_how_the_batch_job_ends(status: int, stop: bool, started: bool, line: str, said: str,
+                                code: int, requeue: bool) -> None:
+    end = ending(status, stop, started, job_line=line, **_END)  # type: ignore[arg-type]
+    assert said in end.say and (end.status, end.requeue) == (code, requeue), end
+
+
+def test_no_requeue_when_disabled_or_after_max_restarts() -> None:
+    for changed in ({"requeue": False}, {"restarts": 2}):
+        end = ending(75, True, True, **{**_END, **changed})  # type: ignore[arg-type]
+        assert not end.requeue and end.status == 75
+        assert end.say == "stopped with checkpoints; resume with: slaq run --resume /r (or submit again)"
+    end = ending(75, True, True, **_END)  # type: ignore[arg-type]
+    assert end.fallback == "stopped with checkpoints; resume with: slaq run --resume /r (or submit again)"
+
+
+def test_a_job_cancelled_by_its_owner_is_told_from_slurms_own_endings() -> None:
+    assert cancelled_by_user(_LINE.format(state="COMPLETING", reason="None"))
+    assert not cancelled_by_user(_LINE.format(state="COMPLETING", reason="TimeLimit"))
+    assert not cancelled_by_user(_LINE.format(state="RUNNING", reason="None"))
+    assert not cancelled_by_user("")

@@ -23,15 +23,17 @@ restored checkpoint) block as usual.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from slaq_mpi.errors import RanksLost
 from slaq_mpi.runtime.backoff import Backoff
 from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.runtime.protocol import ReduceOp
@@ -252,6 +254,12 @@ def first_failure(message: str | None) -> tuple[int, str] | None:
     return first, ""
 
 
+def gather_to_root(value: Any) -> list[Any] | None:
+    """Collective over the world: rank 0 gets every rank's small picklable ``value``, by rank
+    (the others get None)."""
+    return _world_collective().gather(value, root=0)  # type: ignore[no-any-return]
+
+
 def root_value(value: int) -> int:
     """Collective over the world: every rank gets rank 0's small integer ``value`` (the
     others pass any)."""
@@ -268,6 +276,16 @@ def _finish(during_run: int) -> list[int] | None:
 
 
 Handler = Callable[[Any], None]
+
+
+@contextlib.contextmanager
+def _lost_on_failure(doing: str) -> Iterator[None]:
+    """Turn an MPI error of rank 0's messages into :class:`RanksLost` (the peer's process or
+    its node is gone, the usual reason a point-to-point message fails)."""
+    try:
+        yield
+    except MPI.Exception as exc:
+        raise RanksLost(f"{doing}: {exc}") from exc
 
 
 class _Sends:
@@ -305,13 +323,20 @@ class CoordinatorLink:
         self.releases: dict[int, int] = {}  # rank -> asks to release sent to it
 
     def assign(self, rank: int, order: Assign) -> None:
-        """Send ``order`` to worker ``rank`` (:meth:`WorkerLink.wait_assign`); does not wait."""
-        self._sends.add(_WORLD.isend(order, dest=rank, tag=Tag.ASSIGN))
+        """Send ``order`` to worker ``rank`` (:meth:`WorkerLink.wait_assign`); does not wait.
+
+        Raises:
+            RanksLost: the send failed (here or in an earlier send it completes).
+        """
+        with _lost_on_failure(f"sending rank {rank} its assignment"):
+            self._sends.add(_WORLD.isend(order, dest=rank, tag=Tag.ASSIGN))
 
     def release(self, leader: int, job: str) -> None:
         """Ask ``job``'s leader to stop it at its next check, checkpoint it and report
-        (:meth:`WorkerLink.released`); does not wait."""
-        self._sends.add(_WORLD.isend(job, dest=leader, tag=Tag.RELEASE))
+        (:meth:`WorkerLink.released`); does not wait (raises :class:`RanksLost` as
+        :meth:`assign`)."""
+        with _lost_on_failure(f"asking rank {leader} to release {job}"):
+            self._sends.add(_WORLD.isend(job, dest=leader, tag=Tag.RELEASE))
         self.releases[leader] = self.releases.get(leader, 0) + 1
 
     def wait(self, deadline: float | None = None, idle: bool = False) -> bool:
@@ -329,8 +354,11 @@ class CoordinatorLink:
         there was one."""
         status = MPI.Status()
         for tag in self.ORDER:
-            if _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
-                self._handlers[tag](_WORLD.recv(source=status.Get_source(), tag=tag))
+            with _lost_on_failure("receiving from the workers"):
+                got = _WORLD.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status)
+                message = _WORLD.recv(source=status.Get_source(), tag=tag) if got else None
+            if got:
+                self._handlers[tag](message)
                 return True
         return False
 

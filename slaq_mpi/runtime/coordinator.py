@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
@@ -32,7 +32,9 @@ from slaq_mpi.errors import (
     EXIT_ABORTED,
     EXIT_DONE,
     EXIT_FAILED,
+    EXIT_RANKS_LOST,
     EXIT_STOPPED,
+    RanksLost,
     WorkerError,
     disk_full_hint,
 )
@@ -41,8 +43,10 @@ from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, ClusterSnapshot, ch
 from slaq_mpi.runtime import comm, history
 from slaq_mpi.runtime import signals as _early_signals
 from slaq_mpi.runtime.admission import Admission
+from slaq_mpi.runtime.fit import fail_unfit
 from slaq_mpi.runtime.history import STATE_FILE, new_record, resume_record
 from slaq_mpi.runtime.job_reports import absorb
+from slaq_mpi.runtime.liveness import Liveness
 from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.runtime.moves_seen import MovesSeen
 from slaq_mpi.runtime.placement import assignments, place
@@ -103,6 +107,8 @@ class Coordinator:
         self.saver = RecordSaver(run_dir, STATE_FILE)
         self._policy_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slaq-policy")
         self._deciding: tuple[Future[tuple[dict[str, int], float]], float] | None = None
+        # on several nodes, a job that stops reporting has lost ranks with a node (liveness.py)
+        self.liveness = Liveness(spec.epoch_seconds) if self.hosts is not None else None
 
     # --- time and signals -------------------------------------------------------------
 
@@ -166,6 +172,7 @@ class Coordinator:
             wait = _DECIDING_CHECK if self._deciding is not None else _STOP_CHECK
             self.link.wait(deadline=self._t0 + min(due, self.now() + wait),
                            idle=self.moves.idle and self._deciding is None)
+            self._check_liveness()
         self._shutdown()
         self._save(finished=status != EXIT_STOPPED)
         self._write_status({EXIT_STOPPED: "stopped", EXIT_FAILED: "failed"}.get(status, "finished"))
@@ -295,6 +302,8 @@ class Coordinator:
     def _on_report(self, report: Report) -> None:
         """A job leader's report (the link's handler for ``Tag.REPORT``)."""
         first = absorb(self.record, report, self._wall_to_now)
+        if self.liveness is not None:
+            self.liveness.heard(report.job, self.now())
         job = self.record.jobs[report.job]
         self.seen.reported(report.job, first)
         self._changed |= report.released or report.status != "running"
@@ -324,11 +333,17 @@ class Coordinator:
         while not self.moves.idle or self.moves.unsaved:
             if self._changed:
                 self._carry_out()
-            self.link.wait()
+            self.link.wait(deadline=time.monotonic() + _STOP_CHECK)
+            self._check_liveness()
         for rank in self.workers:
             self.link.assign(rank, Assign(None, releases=self.link.releases.get(rank, 0)))
         self.record.attrs["world_collectives"] = self.link.close()
         self._show_epoch()
+
+    def _check_liveness(self) -> None:
+        """Raise :class:`RanksLost` if a job has stopped reporting (on several nodes only)."""
+        if self.liveness is not None:
+            self.liveness.check(self.now(), self.moves.running, self.record.jobs, self.hosts)
 
     def _show_epoch(self) -> None:
         """Print the line of the epoch that just ended (:meth:`_progress`)."""
@@ -385,9 +400,10 @@ def _raise_worker_error(info: dict[str, str]) -> NoReturn:
 
 
 def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool,
-                    hosts: Sequence[str] = ()) -> int:
+                    hosts: Sequence[str] = (), unfit: Mapping[str, str] | None = None) -> int:
     """Rank 0's entry point. Any error ends every rank (MPI abort) after saving the record,
-    so a run never hangs with workers waiting for a plan that will not come."""
+    so a run never hangs with workers waiting for a plan that will not come. ``unfit``: the
+    jobs of a resumed run that no longer fit its ranks, with why (they fail at once)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _on_signal)
     _received.extend(_early_signals.received)  # a stop asked for while the ranks were starting
@@ -398,6 +414,7 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool,
             draining = bool(json.loads((run_dir / STATE_FILE).read_text()).get("draining", False))
             _say(f"resuming {run_dir} at epoch {epoch}, t={elapsed:.1f}s"
                  + (" (draining: no more jobs are accepted)" if draining else ""))
+            fail_unfit(record, unfit or {}, elapsed, _say)
             coord = Coordinator(spec, run_dir, record, epoch, elapsed, draining, hosts)
         else:
             coord = Coordinator(spec, run_dir, new_record(spec, comm.world_size() - 1),
@@ -406,17 +423,23 @@ def run_coordinator(spec: ExperimentSpec, run_dir: Path, resume: bool,
     except Exception as exc:
         if isinstance(exc, WorkerError):
             print(f"slaq: error on a worker: {exc}", file=sys.stderr, flush=True)
+        elif isinstance(exc, RanksLost):
+            print(f"slaq: ranks lost: {exc}. Saving the record and ending the launch (exit "
+                  f"{EXIT_RANKS_LOST}): resume the run on the ranks left", file=sys.stderr, flush=True)
         else:
             print(f"slaq: error on rank 0 ({comm.hostname()}): {exc.__class__.__name__}: {exc}\n"
                   f"{traceback.format_exc()}", file=sys.stderr, flush=True)
+        lost = isinstance(exc, RanksLost)
         if coord is not None:
             try:
                 coord._show_epoch()  # the line of the last decision, as the record will hold it
                 coord._save(finished=False)
+                if lost:  # the step supervisor resumes the run on the nodes left
+                    coord._write_status("ranks lost")
             except Exception as save_exc:  # the abort matters more than the record
                 print(f"slaq: could not save the record: {save_exc}", file=sys.stderr, flush=True)
         hint = disk_full_hint(exc, run_dir)
         if hint:
             print(hint, file=sys.stderr, flush=True)
-        comm.abort(EXIT_ABORTED)
-        return EXIT_ABORTED
+        comm.abort(EXIT_RANKS_LOST if lost else EXIT_ABORTED)
+        return EXIT_RANKS_LOST if lost else EXIT_ABORTED

@@ -98,8 +98,7 @@ def read_spec(args: argparse.Namespace) -> tuple[ExperimentSpec, Path, bool]:
         if getattr(args, "open", False) or json.loads((run_dir / "state.json").read_text()).get("open"):
             spec = replace(spec, open=True)
         config.require_live(spec)
-        if finished_status(run_dir) is None:  # a finished run only says so
-            config.check_memory(spec)
+        # no memory check: a resumed run fails only the jobs that no longer fit (runtime/fit.py)
         return spec, run_dir, True
     if not args.config:
         raise ConfigError("config", NO_VALUE, "give an experiment YAML, or --resume RUN_DIR")

@@ -15,6 +15,7 @@ from slaq_mpi._text import count
 from slaq_mpi.config.experiment import ExperimentSpec
 from slaq_mpi.errors import EXIT_ABORTED, EXIT_BAD_INPUT, NO_VALUE, ConfigError
 from slaq_mpi.runtime import comm
+from slaq_mpi.runtime.fit import memory_problems, unfit_jobs
 from slaq_mpi.runtime.launch import check_start, read_spec
 from slaq_mpi.runtime.resume import finished_status, say_finished
 from slaq_mpi.storage import rundir
@@ -48,12 +49,14 @@ def run_rank(args: argparse.Namespace, started: float) -> int:
         return verdict
     busy, cpus = comm.detect_oversubscription()
     hosts = comm.world_hosts()
+    # a resumed run's jobs that some rank's node cannot hold now (fit.py)
+    problems = comm.gather_to_root((comm.hostname(), memory_problems(spec))) if resume else None
     if rank == 0:
         _say_launch(spec, busy, cpus, size)
         _say_hosts(run_dir, hosts)
         from slaq_mpi.runtime.coordinator import run_coordinator
 
-        return run_coordinator(spec, run_dir, resume, hosts)
+        return run_coordinator(spec, run_dir, resume, hosts, unfit_jobs(problems or ()))
     try:
         from slaq_mpi.runtime.worker import Worker
 

@@ -3,8 +3,9 @@
 The script has three parts: a header (the ``#SBATCH`` directives and how the job stops and
 requeues), the settings of this job (site setup, the Python, the MPI launch line, the config
 and run directory), and a fixed body, the same for every job, kept as package data in
-``sbatch_body.sh`` beside this module: the stop-signal traps, the start or resume of the run,
-and the handling of its exit status (requeue after a stop).
+``sbatch_body.sh`` beside this module: it hands the batch job over to the step supervisor
+(:mod:`slaq_mpi.slurm.supervise`), which starts or resumes the run, turns Slurm's signals into
+a graceful stop, and decides how the job ends (requeue after a stop).
 """
 
 from __future__ import annotations
@@ -25,18 +26,19 @@ _HEADER = """\
 # experiment's jobs every epoch. Written by `slaq submit` from the YAML's `slurm:` section
 # (docs/slurm.md){how}
 #
-# Flow: SIGUSR1 comes {lead} s before the time limit (SIGTERM on preemption or scancel); the trap
-# below creates RUN_DIR/STOP, rank 0 finishes the epoch, checkpoints every job and exits 75, and
+# Flow: SIGUSR1 comes {lead} s before the time limit (SIGTERM on preemption or scancel); the step
+# supervisor this script execs creates RUN_DIR/STOP; rank 0 finishes the epoch, checkpoints
+# every job and exits 75; then
 {after}
 # resumes from it. Exit 0: every job done; 1: a job failed; 2: bad input (or RUN_DIR in use);
 # 3: aborted on an error, or the MPI launch failed before the run started; 75: stopped, not
-# requeued.
+# requeued; 76: ranks lost (a node failed) and the run could not go on here (resume it).
 """
 _BY_HAND = """; this copy uses the defaults and can also be submitted by hand:
 #
 #     sbatch [--ntasks=N --time=T --partition=P --account=A] slurm/slaq.sbatch CONFIG.yaml [RUN_DIR]"""
 _REQUEUES = """\
-# this script requeues the job (not after scancel, nor after a stop asked inside the run: a
+# the supervisor requeues the job (not after scancel, nor after a stop asked inside the run: a
 # RUN_DIR/STOP you create, a signal to rank 0). A restart finds RUN_DIR/state.json and"""
 _NO_REQUEUE = """\
 # the job ends there (slurm.requeue: false, so it is not requeued): submit it again, and the

@@ -32,9 +32,10 @@ __all__ = ["FORMAT", "JOB_STATUSES", "RUN_STATES", "STATUS_FILE", "JobStatus", "
 
 STATUS_FILE = "status.json"
 FORMAT = 1  # the ``format`` key: a reader refuses a file of a newer format
-RUN_STATES = ("running", "waiting for jobs", "stopped", "finished", "failed")
+RUN_STATES = ("running", "waiting for jobs", "stopped", "finished", "failed", "ranks lost")
 """``state``: jobs are running or waiting; an open run idle, waiting for added jobs; stopped
-for a later ``--resume``; every job ended; the run aborted on an error."""
+for a later ``--resume``; every job ended; the run aborted on an error; ranks were lost (a
+node failed: the record is saved, a resume continues on the ranks left)."""
 JOB_STATUSES = ("waiting", "running", "done", "failed", "cancelled")
 ENDED = ("done", "failed", "cancelled")
 

@@ -40,3 +40,16 @@ class Held(Paced):
             while hold.exists() and time.monotonic() < end:
                 time.sleep(0.05)
         return super().step()
+
+
+class Swollen(Paced):
+    """:class:`Paced` whose model, by its ``state_bytes`` estimate, fits no machine's memory
+    while the file ``swell`` exists (a run started without it and resumed with it)."""
+
+    defaults: ClassVar[dict[str, Any]] = {**Paced.defaults, "swell": ""}
+
+    @classmethod
+    def state_bytes(cls, params: Any, rows: int, features: int, iterations: int | None) -> int:
+        if str(params["swell"]) and Path(str(params["swell"])).exists():
+            return 2**62
+        return int(super().state_bytes(params, rows, features, iterations))
