@@ -67,6 +67,14 @@ def allocate_by_gain(
     lower index) while that gain exceeds ``min_gain`` and cores remain; then spreads leftover
     cores evenly up to ``spread_caps`` (default ``caps``): work-conserving.
     """
+    return _one_each_then(lambda caps, extra: _chosen_marginals(gain, caps, extra, min_gain),
+                          caps, capacity, spread_caps)
+
+
+def _one_each_then(choose: Callable[[np.ndarray, int], np.ndarray], caps: np.ndarray,
+                   capacity: int, spread_caps: np.ndarray | None) -> np.ndarray:
+    """One core per job, then ``choose(caps, extra)`` more per job for the ``extra`` cores
+    left, then the cores still left spread evenly up to ``spread_caps`` (default ``caps``)."""
     caps = np.maximum(np.asarray(caps, dtype=np.int64), 1)
     jobs = caps.shape[0]
     if capacity < jobs:
@@ -75,7 +83,7 @@ def allocate_by_gain(
     extra = capacity - jobs
     if jobs == 0 or extra == 0:
         return alloc
-    chosen = _chosen_marginals(gain, caps, extra, min_gain)
+    chosen = choose(caps, extra)
     alloc += chosen
     left = extra - int(chosen.sum())
     if left > 0:
@@ -98,29 +106,19 @@ def allocate_by_rows(marginals: list[np.ndarray], caps: np.ndarray, capacity: in
     """:func:`allocate_by_gain` on each job's marginal gains computed beforehand
     (:func:`positive_marginals`: job ``j``'s marginal of core ``a`` is ``marginals[j][a - 2]``;
     every marginal it leaves out is at most ``min_gain``). Same allocation, ties alike."""
-    caps = np.maximum(np.asarray(caps, dtype=np.int64), 1)
-    jobs = caps.shape[0]
-    if capacity < jobs:
-        raise ValueError(f"capacity {capacity} < jobs {jobs}: choose the admitted jobs first")
-    alloc = np.ones(jobs, dtype=np.int64)
-    extra = capacity - jobs
-    if jobs == 0 or extra == 0:
-        return alloc
-    marginals = [m[: max(int(c) - 1, 0)] for m, c in zip(marginals, caps.tolist(), strict=True)]
-    sizes = np.fromiter(map(len, marginals), dtype=np.int64, count=jobs)
-    chosen = sizes.copy()
-    if int(sizes.sum()) > extra:
-        vals = np.concatenate(marginals)
+    def choose(caps: np.ndarray, extra: int) -> np.ndarray:
+        jobs = caps.shape[0]
+        rows = [m[: max(int(c) - 1, 0)] for m, c in zip(marginals, caps.tolist(), strict=True)]
+        sizes = np.fromiter(map(len, rows), dtype=np.int64, count=jobs)
+        if int(sizes.sum()) <= extra:
+            return sizes
+        vals = np.concatenate(rows)
         owners = np.repeat(np.arange(jobs), sizes)
         cores = np.arange(vals.size) - np.repeat(np.cumsum(sizes) - sizes, sizes) + 2
         pick = _largest(vals, owners, cores, extra, min_gain)
-        chosen = np.bincount(owners[pick], minlength=jobs)
-    alloc += chosen
-    left = extra - int(chosen.sum())
-    if left > 0:
-        limits = caps if spread_caps is None else np.clip(spread_caps, 1, caps)
-        alloc = water_fill(alloc, limits, left)
-    return alloc
+        return np.bincount(owners[pick], minlength=jobs)
+
+    return _one_each_then(choose, caps, capacity, spread_caps)
 
 
 def _chosen_marginals(gain: GainFn, caps: np.ndarray, extra: int, min_gain: float) -> np.ndarray:
