@@ -142,7 +142,7 @@ class Coordinator:
         # within a millisecond (the default is 5 ms)
         sys.setswitchinterval(0.001)
         self._prepare_data()
-        self._t0 = time.monotonic() - self._elapsed
+        self._t0 = time.monotonic() - self._elapsed  # the first save records no data time
         self._save(finished=False)  # from now on the directory is resumable
         # the experiment's clock (the jobs' arrivals) starts once the data are there and the
         # run can be resumed: a large record's first save does not delay the first decision

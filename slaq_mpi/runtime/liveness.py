@@ -24,12 +24,14 @@ from collections.abc import Mapping, Sequence
 from slaq_mpi.errors import RanksLost
 from slaq_mpi.storage.metrics import JobRecord
 
-__all__ = ["PACE_WINDOW", "SILENT_EPOCHS", "SILENT_MARGIN", "START_SECONDS", "Liveness", "pace"]
+__all__ = ["CHECK_SECONDS", "PACE_WINDOW", "SILENT_EPOCHS", "SILENT_MARGIN", "START_SECONDS",
+           "Liveness", "pace"]
 
 SILENT_EPOCHS = 3  # report periods a job may miss before it is silent
 SILENT_MARGIN = 8.0  # seconds on top (a loaded machine delays a report now and then)
 START_SECONDS = 10.0  # seconds more for the first report after an assignment (state restored)
 PACE_WINDOW = 20  # the recent iterations a job's pace is taken from
+CHECK_SECONDS = 0.5  # the least time between two checks (rank 0's loop turns every few ms)
 
 
 def pace(job: JobRecord, cores_now: int) -> float | None:
@@ -54,6 +56,7 @@ class Liveness:
         self._since: dict[str, float] = {}  # job -> when it was assigned or last reported
         self._heard: set[str] = set()  # jobs that reported since their assignment
         self._ranks: dict[str, tuple[int, ...]] = {}  # the ranks each job was seen assigned
+        self._next_check = -float("inf")
 
     def heard(self, job: str, now: float) -> None:
         """``job``'s leader sent a report (or any message) at ``now``."""
@@ -91,12 +94,16 @@ class Liveness:
 
     def check(self, now: float, running: Mapping[str, Sequence[int]],
               jobs: Mapping[str, JobRecord], hosts: Mapping[int, str] | None = None) -> None:
-        """:meth:`silent` with each job's pace from its record in ``jobs``.
+        """:meth:`silent` with each job's pace from its record in ``jobs``, at most once every
+        :data:`CHECK_SECONDS` (a call sooner does nothing).
 
         Raises:
             RanksLost: naming each silent job, how long it has been silent, its ranks and
                 (``hosts``: rank -> node) their nodes.
         """
+        if now < self._next_check:
+            return
+        self._next_check = now + CHECK_SECONDS
         paces = {job: pace(jobs[job], len(ranks)) for job, ranks in running.items() if job in jobs}
         silent = self.silent(now, running, paces)
         if not silent:
