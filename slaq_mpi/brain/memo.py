@@ -23,10 +23,10 @@ from slaq_mpi.brain.predict import (
     tail_windows,
 )
 
-__all__ = ["CurveMemo"]
+__all__ = ["CurveMemo", "same_history"]
 
 
-def _same(old: Sequence[float], new: Sequence[float]) -> bool:
+def same_history(old: Sequence[object], new: Sequence[object]) -> bool:
     """Whether history ``new`` is the (immutable) tuple ``old`` was. Other sequences may change
     in place, so they always count as changed; so does a NaN not shared as the same object."""
     return isinstance(new, tuple) and (old is new or old == new)
@@ -59,7 +59,7 @@ class CurveMemo:
         fresh = []
         for i, (jid, hist, code) in enumerate(zip(job_ids, histories, codes.tolist(), strict=True)):
             hit = old.get(jid)
-            if hit is not None and hit[1] == code and _same(hit[0], hist):
+            if hit is not None and hit[1] == code and same_history(hit[0], hist):
                 rows[i] = hit[2]
                 new[jid] = (hist, code, hit[2])
             else:

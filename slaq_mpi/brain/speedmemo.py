@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from slaq_mpi.brain.memo import same_history
 from slaq_mpi.brain.throughput import (
     DATA_DISTINCT,
     SERIAL_FRACTION,
@@ -53,10 +54,6 @@ class _Job:
     learned: np.ndarray | None = None  # (alpha, beta, gamma) the serial share is learned from
 
 
-def _same(old: Sequence[tuple[int, float]], new: Sequence[tuple[int, float]]) -> bool:
-    return isinstance(new, tuple) and (old is new or old == new)
-
-
 class ThroughputMemo:
     """``fit_throughput_flat(*flat_observations(observations), len(observations),
     prior_seconds, learn_serial=True)`` for a sequence of decisions, keeping per job id what
@@ -74,7 +71,7 @@ class ThroughputMemo:
         fresh: list[int] = []
         for i, (jid, obs) in enumerate(zip(job_ids, observations, strict=True)):
             hit = old.get(jid)
-            if hit is not None and hit.prior_t1 == prior_t1 and _same(hit.observations, obs):
+            if hit is not None and hit.prior_t1 == prior_t1 and same_history(hit.observations, obs):
                 rows.append(hit)
             else:
                 rows.append(None)
