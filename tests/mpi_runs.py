@@ -19,9 +19,9 @@ from slaq_mpi.data.generators import materialize
 from tests.processes import ROOT, Started
 
 PACED = ROOT / "tests" / "solvers" / "paced.py"
-# good-1 sleeps this long before each of its 2500 iterations: at least 7.5 s, 25 epochs of the
+# good-1 sleeps this long before each of its 1250 iterations: at least 7.5 s, 25 epochs of the
 # faults config on any machine, so a test that acts at epoch 5 finds it still training
-PACE = 0.003
+PACE = 0.006
 
 
 def faults_jobs(solver: str = "Paced", **hyperparameters: Any) -> list[dict[str, Any]]:
