@@ -117,3 +117,12 @@ def test_ranks_bound_to_cores_of_their_own_are_not_oversubscribed(mode: str, exp
     # every rank's line (rank 0 and the two busy ones); the ranks' writes may share a line
     seen = sorted(re.findall(r"([0-9]) ([0-9]+ [0-9]+ (?:True|False))", proc.stdout))
     assert seen == [(str(r), expected) for r in range(3)], proc.stdout
+
+
+def test_a_release_asked_during_an_iteration_is_taken_at_the_next_check(tmp_path: Path) -> None:
+    # a job leader checks for asks once per chunk boundary: an ask that arrived meanwhile must
+    # be taken there, not one chunk (for a slow job, one whole iteration) later
+    script = ROOT / "tests" / "mpi_scripts" / "release_probe.py"
+    proc = run_mpi(2, [str(script)], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "taken at the first check: ['busy-job']" in proc.stdout, proc.stdout + proc.stderr
