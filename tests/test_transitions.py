@@ -69,7 +69,8 @@ def test_random_placements_never_share_a_rank_and_always_settle() -> None:
                 target[job] = tuple(sorted(ranks[at:at + n]))
                 at += n
         t.retarget(target)
-        release, start = t.steps()
+        pace = rng.choice([None, {j: rng.choice([0.01, 0.1, 1.0, 3.0]) for j in "abcdefg"}])
+        release, start = t.steps(pace)
         busy = [r for rs in t.running.values() for r in rs]
         assert len(busy) == len(set(busy)), t.running
         for job in rng.sample(sorted(t.releasing), len(t.releasing) // 2):  # some answer late
@@ -133,8 +134,9 @@ def test_a_job_growing_into_quick_stopping_ranks_stops_with_them() -> None:
 
 def test_a_growing_job_stops_with_its_donors_when_that_idles_fewer_rank_seconds() -> None:
     # b holds 2 ranks and gains 1: with a, its 2 ranks wait (0.5 - b) s for a; after a, the
-    # gained rank waits b s for b
-    for pace, released in (({"a": 0.5, "b": 0.5}, ["a", "b"]), ({"a": 0.5, "b": 2.0}, ["a", "b"]),
+    # gained rank waits b s for b; before a (a trains on until b has stopped), b's 2 ranks
+    # wait 0.5 s for a
+    for pace, released in (({"a": 0.5, "b": 0.5}, ["a", "b"]), ({"a": 0.5, "b": 2.0}, ["b"]),
                            ({"a": 0.5, "b": 0.4}, ["a", "b"]), ({"a": 0.5, "b": 0.3}, ["a"]),
                            ({"a": 0.5}, ["a", "b"]), ({"b": 0.3}, ["a"])):
         t = Transitions()
@@ -142,3 +144,24 @@ def test_a_growing_job_stops_with_its_donors_when_that_idles_fewer_rank_seconds(
         _settle(t)
         t.retarget({"a": (1,), "b": (2, 3, 4)})  # b grows into a's rank 2
         assert t.steps(pace) == (released, []), pace
+
+
+def test_a_slow_job_growing_into_quick_ranks_stops_first_and_its_donor_trains_until_then() -> None:
+    t = Transitions()
+    t.retarget({"a": (1, 2, 3, 4, 5), "b": (6,), "c": (7, 8)})
+    _settle(t)
+    t.retarget({"a": (1, 2), "b": (3, 4, 5, 6), "c": (7, 8)})  # b (1 rank, slow) gains 3 of a's
+    pace = {"a": 0.04, "b": 1.2, "c": 0.5}
+    assert t.steps(pace) == (["b"], [])  # a trains on: its ranks would wait ~1.2 s for b
+    assert t.steps(pace) == ([], [])  # still so while b has not stopped
+    t.ended("b", finished=False)
+    assert t.steps(pace) == (["a"], [])  # now a stops: b's one rank waits ~0.04 s for it
+    t.ended("a", finished=False)
+    assert t.steps(pace) == ([], ["a", "b"])
+    assert t.running == {"a": (1, 2), "b": (3, 4, 5, 6), "c": (7, 8)}
+    # a donor freeing ranks for two growers is not held back for either
+    t2 = Transitions()
+    t2.retarget({"a": (1, 2, 3), "b": (4,), "c": (5,)})
+    _settle(t2)
+    t2.retarget({"a": (1,), "b": (2, 4), "c": (3, 5)})
+    assert t2.steps({"a": 0.04, "b": 1.2, "c": 1.2}) == (["a", "b", "c"], [])

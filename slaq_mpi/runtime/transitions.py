@@ -9,8 +9,11 @@ only the ranks that wait for a move idle. A job stops at an iteration boundary, 
 it takes to stop grows with its iteration time (its ``pace``). A growing job whose ranks come
 only from jobs that stop now stops with them, rather than after them, when they stop quickly
 (iterations of at most :data:`QUICK_STOP_SECONDS`) or when that idles fewer rank-seconds
-(:func:`_sooner`): their ranks then do not wait for it to stop after them. Jobs waiting on
-each other's ranks (a cycle) are released together.
+(:func:`_sooner`): their ranks then do not wait for it to stop after them. A slow job
+growing into the ranks of quicker jobs that free them for it alone stops first instead, when
+that idles fewer rank-seconds (:func:`_first`): they train on until it has stopped, and its
+own ranks wait only for them to stop. Jobs waiting on each other's ranks (a cycle) are
+released together.
 
 A released job's state stays in the memory of the leader that released it (its holder) until
 that rank is given work again: a restart on ranks that include the holder takes the state
@@ -21,7 +24,7 @@ from it; any other restart waits until the holder says the job's checkpoint is o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 QUICK_STOP_SECONDS = 0.1  # a job whose latest iteration took at most this stops soon when asked
 
@@ -81,10 +84,14 @@ class Transitions:
         if moved and not release and not self.releasing:  # each waits for another's ranks
             release = moved
         owner = {r: j for j, ranks in self.running.items() for r in ranks}
-        stopping = set(release) | self.releasing
 
         def seconds(job: str) -> float:
             return math.inf if pace is None else pace.get(job, math.inf)
+
+        held_back = self._growers_first(busy, owner, seconds)
+        release = [j for j in release if j not in held_back]
+        release += [g for g in held_back.values() if g not in self.releasing and g not in release]
+        stopping = set(release) | self.releasing
 
         grew = pace is not None
         while grew:  # a growing job whose donors all stop now may stop with them
@@ -116,6 +123,28 @@ class Transitions:
                     del self.holders[other]
         return sorted(release), start
 
+    def _growers_first(self, busy: set[int], owner: Mapping[int, str],
+                       seconds: Callable[[str], float]) -> dict[str, str]:
+        """Donors to keep training until the job growing into their ranks has stopped:
+        ``donor -> grower``. A grower qualifies when its own ranks waiting for its donors to
+        stop after it idles fewer rank-seconds than its gained ranks waiting for it
+        (:func:`_first`), and its donors only shrink, freeing ranks for it alone."""
+        held_back: dict[str, str] = {}
+        for job, ranks in self.running.items():
+            goal = set(self.target.get(job, ()))
+            gained = (goal - set(ranks)) & busy
+            donors = {owner[r] for r in gained}
+            if not donors or donors & self.releasing:
+                continue
+            elsewhere = {r for other, rs in self.target.items() if other != job for r in rs}
+            if any(not set(self.target.get(d, ())) <= set(self.running[d])
+                   or (set(self.running[d]) - set(self.target.get(d, ()))) & elsewhere
+                   for d in donors):
+                continue
+            if _first(seconds(job), max(seconds(d) for d in donors), len(gained), len(ranks)):
+                held_back.update(dict.fromkeys(donors, job))
+        return held_back
+
     @property
     def idle(self) -> bool:
         """Whether no job trains."""
@@ -133,3 +162,21 @@ def _sooner(job_pace: float, donor_pace: float, gained: int, held: int) -> bool:
         return False
     together = max(donor_pace - job_pace, 0.0) * held + max(job_pace - donor_pace, 0.0) * gained
     return together < job_pace * gained
+
+
+def _untargeted(target: Mapping[str, tuple[int, ...]], ranks: tuple[int, ...]) -> set[int]:
+    """Those of ``ranks`` no job of ``target`` trains on."""
+    placed = {r for rs in target.values() for r in rs}
+    return set(ranks) - placed
+
+
+def _first(job_pace: float, donor_pace: float, gained: int, held: int) -> bool:
+    """Whether a growing job should stop before its donors are asked to (they go on training
+    until it has stopped): its ``held`` ranks then wait about ``donor_pace`` for them, fewer
+    rank-seconds than its ``gained`` ranks waiting for it, after or with them
+    (:func:`_sooner`)."""
+    if math.isinf(job_pace) or math.isinf(donor_pace):
+        return False
+    first = donor_pace * held
+    together = max(donor_pace - job_pace, 0.0) * held + max(job_pace - donor_pace, 0.0) * gained
+    return first < min(together, job_pace * gained)
