@@ -401,7 +401,7 @@ class WorkerLink:
 
     def released(self) -> set[str]:
         """A job leader: the jobs rank 0 has asked to release since the last call."""
-        jobs = set()
+        jobs: set[str] = set()
         # MPICH moves a message that arrived while this rank computed into its queue during
         # the first probe, which still answers no: a second probe sees it, so an ask is taken
         # at the boundary after it arrived, not a whole chunk later
