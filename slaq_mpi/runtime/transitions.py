@@ -164,12 +164,6 @@ def _sooner(job_pace: float, donor_pace: float, gained: int, held: int) -> bool:
     return together < job_pace * gained
 
 
-def _untargeted(target: Mapping[str, tuple[int, ...]], ranks: tuple[int, ...]) -> set[int]:
-    """Those of ``ranks`` no job of ``target`` trains on."""
-    placed = {r for rs in target.values() for r in rs}
-    return set(ranks) - placed
-
-
 def _first(job_pace: float, donor_pace: float, gained: int, held: int) -> bool:
     """Whether a growing job should stop before its donors are asked to (they go on training
     until it has stopped): its ``held`` ranks then wait about ``donor_pace`` for them, fewer
