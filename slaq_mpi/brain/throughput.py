@@ -17,6 +17,7 @@ Negative coefficients are pinned to 0 and the system re-solved; nothing returns 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -313,15 +314,24 @@ def population_serial_fraction(model: ThroughputModel, min_jobs: int = MIN_POPUL
     """
     if model.distinct is None:
         return float(default)
-    known = model.distinct >= DATA_DISTINCT
-    if int(known.sum()) < max(1, min_jobs):
+    # scalar arithmetic on the few jobs: the same values as the array operations, which cost
+    # more than the arithmetic itself at this size
+    need = max(1, min_jobs)
+    known = 0
+    share = []
+    for distinct, alpha, beta in zip(model.distinct.tolist(), model.alpha.tolist(),
+                                     model.beta.tolist(), strict=True):
+        if distinct >= DATA_DISTINCT:
+            known += 1
+            total = alpha + beta
+            if total > 0 and math.isfinite(beta / total):
+                share.append(beta / total)
+    if known < need or len(share) < need:
         return float(default)
-    total = model.alpha[known] + model.beta[known]
-    share = np.divide(model.beta[known], total, out=np.full(total.shape, np.nan), where=total > 0)
-    share = share[np.isfinite(share)]
-    if share.size < max(1, min_jobs):
-        return float(default)
-    return float(np.clip(np.median(share), MIN_SERIAL_FRACTION, 1.0))
+    share.sort()
+    mid = len(share) // 2
+    median = share[mid] if len(share) % 2 else (share[mid - 1] + share[mid]) / 2.0
+    return float(min(max(median, MIN_SERIAL_FRACTION), 1.0))
 
 
 def flat_observations(
