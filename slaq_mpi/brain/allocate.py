@@ -87,7 +87,7 @@ def _one_each_then(choose: Callable[[np.ndarray, int], np.ndarray], caps: np.nda
     alloc += chosen
     left = extra - int(chosen.sum())
     if left > 0:
-        limits = caps if spread_caps is None else np.clip(spread_caps, 1, caps)
+        limits = caps if spread_caps is None else np.minimum(np.maximum(spread_caps, 1), caps)
         alloc = water_fill(alloc, limits, left)
     return alloc
 
@@ -191,7 +191,7 @@ class _Marginals:
 
 def _largest(vals: np.ndarray, owners: np.ndarray, cores: np.ndarray, k: int, min_gain: float) -> np.ndarray:
     """Indices of the ``k`` largest ``vals`` above ``min_gain``; ties by (owner, cores)."""
-    positive = np.flatnonzero(vals > min_gain)
+    positive = (vals > min_gain).nonzero()[0]
     if positive.size <= k:
         return positive
     v = vals[positive]

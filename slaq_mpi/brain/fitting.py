@@ -36,7 +36,7 @@ def shape(family: np.ndarray, p1: np.ndarray, p2: np.ndarray, u: np.ndarray) -> 
     Sublinear: ``1 / (1 + p1 u + p2 u^2)`` (0 where that is not positive); linear: ``exp(-p1 u)``.
     """
     sub = family == FAMILY_SUBLINEAR
-    every, some = bool(np.all(sub)), bool(np.any(sub))
+    every, some = bool(sub.all()), bool(sub.any())
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if every:  # one family only: the other's shapes are not computed
             q = 1.0 + (p1 + p2 * u) * u
@@ -58,6 +58,12 @@ class _Grid:
     simple: np.ndarray  # (G,) one nonlinear parameter only (usable with 3-4 points)
     basis: np.ndarray  # (G, W): the shape at u = -(W-1) .. 0
     basis_sq: np.ndarray
+
+
+@lru_cache(maxsize=8)
+def _offsets(window: int) -> np.ndarray:
+    """``u = -(window - 1) .. 0`` as a ``(1, window)`` row (shared: not to be changed)."""
+    return np.arange(-(window - 1), 1, dtype=np.float64)[None, :]
 
 
 @lru_cache(maxsize=8)
@@ -102,7 +108,7 @@ def coarse(
         off = (s_y - amp * s_e) / s_w
         sse = s_yy - amp * s_ey - off * s_y
         good = (det > 1e-12 * s_w * s_ee) & (amp > 0)
-    short = np.flatnonzero(valid_n < window)
+    short = (valid_n < window).nonzero()[0]
     if short.size:  # a pole must lie before the first point; few points: one parameter only
         nu_max = 1.0 / np.maximum(valid_n[short] - 0.75, 0.25)
         ok = grid.pole[cols][None, :] < nu_max[:, None]
@@ -193,7 +199,7 @@ def refine(
     unless ``free2``); linear ``1e-5 <= p1 <= 5``.
     """
     jobs, window = y.shape
-    u = np.arange(-(window - 1), 1, dtype=np.float64)[None, :]
+    u = _offsets(window)
     wy = w * y
     s_w = w.sum(axis=1)
     s_y = wy.sum(axis=1)
@@ -217,7 +223,7 @@ def refine(
                 t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
             else:
                 d1 = zero_nonfinite(-r1 / (m11 * (1.0 + lam) + 1e-300))
-                t1, t2 = np.clip(p1 + d1, 1e-5, 5.0), p2
+                t1, t2 = np.minimum(np.maximum(p1 + d1, 1e-5), 5.0), p2
             t_h, t_amp, t_off, t_sse = _project(t1, t2, *args)
             better = t_sse < sse
             if not better.any():  # nothing moves: only the damping grows

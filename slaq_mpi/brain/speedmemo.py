@@ -106,7 +106,7 @@ class ThroughputMemo:
         eq = equations(job, a, t, count, np.full(count_jobs, prior_t1), SERIAL_FRACTION, scale)
         prior = prior_of(SERIAL_FRACTION)
         theta = np.zeros((count_jobs, 3))
-        first = np.flatnonzero(rich)
+        first = rich.nonzero()[0]
         if first.size:
             theta[first] = eq.solve(first, prior)
             recentre(eq, theta, first, prior)
