@@ -15,6 +15,7 @@ from slaq_mpi.policies.snapshot import ClusterSnapshot
 from slaq_mpi.report.evaluation import makespan, observed
 from slaq_mpi.sim import ScalingModel, SimJob, SimulationError, parse_settings, run_policies, simulate
 from slaq_mpi.sim.curves import CurveLibrary, analytic_curve
+from slaq_mpi.sim.oracle import _largest_counts
 from slaq_mpi.sim.workload import stop_iteration
 
 
@@ -214,6 +215,22 @@ def test_overallocation_is_an_error() -> None:
 
     with pytest.raises(SimulationError, match="capacity is 4"):
         simulate([linear_job()], Greedy(), capacity=4, epoch_seconds=1.0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_oracle_counts_each_jobs_share_of_the_largest_marginals_as_argpartition_picks(
+        seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    # non-increasing positive marginals, rounded so that values tie within and across jobs
+    margs = [np.round(np.sort(rng.exponential(1.0, int(rng.integers(1, 30))))[::-1] + 0.1, 1)
+             for _ in range(int(rng.integers(1, 6)))]
+    flat = np.concatenate(margs)
+    who = np.repeat(np.arange(len(margs)), [len(m) for m in margs])
+    for k in (1, 2, len(flat) // 2 + 1, len(flat) - 1, len(flat), len(flat) + 3):
+        if k < 1:
+            continue
+        top = who if len(flat) <= k else who[np.argpartition(-flat, k - 1)[:k]]
+        assert _largest_counts(margs, k) == np.bincount(top, minlength=len(margs)).tolist()
 
 
 def test_oracle_beats_fair_on_its_objective() -> None:

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from slaq_mpi.config import experiment as config
-from slaq_mpi.policies.snapshot import DEFAULT_MOVE_SECONDS, ClusterSnapshot, cluster_snapshot, job_snapshot
+from slaq_mpi.policies.snapshot import (
+    DEFAULT_MOVE_SECONDS,
+    ClusterSnapshot,
+    JobSnapshot,
+    cluster_snapshot,
+    job_snapshot,
+)
 from slaq_mpi.runtime import history
 from slaq_mpi.sim import engine
 from slaq_mpi.sim.scaling import ScalingModel
@@ -111,6 +117,17 @@ def test_a_snapshot_holds_plain_tuples_and_floats() -> None:
     assert all(type(v) is float for _, v in snap.utility)
     assert job_snapshot("j", losses=(), throughput=(), cores=0, max_cores=3, capacity=8,
                         convergence="unknown", arrival=0.0, attained_core_seconds=0.0).utility == ()
+
+
+def test_a_built_snapshot_sets_every_field_and_equals_the_constructed_one() -> None:
+    snap = job_snapshot("j", losses=[1.0], throughput=[(2, 0.25)], cores=2, max_cores=30,
+                        capacity=8, convergence="linear", arrival=1.5, attained_core_seconds=0.5,
+                        utility={"value": 4}, max_iterations=9, weight=2)
+    assert set(vars(snap)) == {f.name for f in dataclasses.fields(JobSnapshot)}
+    assert snap == JobSnapshot("j", (1.0,), ((2, 0.25),), 2, 8, "linear", 1.5, 0.5,
+                               (("value", 4.0),), 9, 2.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.cores = 3  # type: ignore[misc]
 
 
 def test_a_snapshot_carries_the_move_cost_and_a_default_when_none_is_measured() -> None:

@@ -87,7 +87,7 @@ def _one_each_then(choose: Callable[[np.ndarray, int], np.ndarray], caps: np.nda
     alloc += chosen
     left = extra - int(chosen.sum())
     if left > 0:
-        limits = caps if spread_caps is None else np.clip(spread_caps, 1, caps)
+        limits = caps if spread_caps is None else np.minimum(np.maximum(spread_caps, 1), caps)
         alloc = water_fill(alloc, limits, left)
     return alloc
 
@@ -112,13 +112,29 @@ def allocate_by_rows(marginals: list[np.ndarray], caps: np.ndarray, capacity: in
         sizes = np.fromiter(map(len, rows), dtype=np.int64, count=jobs)
         if int(sizes.sum()) <= extra:
             return sizes
-        vals = np.concatenate(rows)
-        owners = np.repeat(np.arange(jobs), sizes)
-        cores = np.arange(vals.size) - np.repeat(np.cumsum(sizes) - sizes, sizes) + 2
-        pick = _largest(vals, owners, cores, extra, min_gain)
-        return np.bincount(owners[pick], minlength=jobs)
+        return _count_largest(rows, extra, min_gain)
 
     return _one_each_then(choose, caps, capacity, spread_caps)
+
+
+def _count_largest(rows: list[np.ndarray], k: int, min_gain: float) -> np.ndarray:
+    """Per row, how many of the ``k`` largest values above ``min_gain`` of all the ``rows`` are
+    its; ties by row, then by position in the row: what :func:`_largest` chooses among the
+    rows laid end to end, counted without the index arrays it needs."""
+    vals = np.concatenate(rows)
+    v = vals[vals > min_gain]
+    if v.size <= k:
+        return np.array([np.count_nonzero(r > min_gain) for r in rows], dtype=np.int64)
+    thr = np.partition(v, v.size - k)[v.size - k]
+    counts = np.array([np.count_nonzero(r > thr) for r in rows], dtype=np.int64)
+    left = k - int(counts.sum())  # the values equal to the k-th largest: the first rows' first
+    for j, r in enumerate(rows):
+        if left <= 0:
+            break
+        take = min(int(np.count_nonzero(r == thr)), left)
+        counts[j] += take
+        left -= take
+    return counts
 
 
 def _chosen_marginals(gain: GainFn, caps: np.ndarray, extra: int, min_gain: float) -> np.ndarray:
@@ -191,7 +207,7 @@ class _Marginals:
 
 def _largest(vals: np.ndarray, owners: np.ndarray, cores: np.ndarray, k: int, min_gain: float) -> np.ndarray:
     """Indices of the ``k`` largest ``vals`` above ``min_gain``; ties by (owner, cores)."""
-    positive = np.flatnonzero(vals > min_gain)
+    positive = (vals > min_gain).nonzero()[0]
     if positive.size <= k:
         return positive
     v = vals[positive]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ def shape(family: np.ndarray, p1: np.ndarray, p2: np.ndarray, u: np.ndarray) -> 
     Sublinear: ``1 / (1 + p1 u + p2 u^2)`` (0 where that is not positive); linear: ``exp(-p1 u)``.
     """
     sub = family == FAMILY_SUBLINEAR
-    every, some = bool(np.all(sub)), bool(np.any(sub))
+    every, some = bool(sub.all()), bool(sub.any())
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if every:  # one family only: the other's shapes are not computed
             q = 1.0 + (p1 + p2 * u) * u
@@ -57,6 +58,12 @@ class _Grid:
     simple: np.ndarray  # (G,) one nonlinear parameter only (usable with 3-4 points)
     basis: np.ndarray  # (G, W): the shape at u = -(W-1) .. 0
     basis_sq: np.ndarray
+
+
+@lru_cache(maxsize=8)
+def _offsets(window: int) -> np.ndarray:
+    """``u = -(window - 1) .. 0`` as a ``(1, window)`` row (shared: not to be changed)."""
+    return np.arange(-(window - 1), 1, dtype=np.float64)[None, :]
 
 
 @lru_cache(maxsize=8)
@@ -101,7 +108,7 @@ def coarse(
         off = (s_y - amp * s_e) / s_w
         sse = s_yy - amp * s_ey - off * s_y
         good = (det > 1e-12 * s_w * s_ee) & (amp > 0)
-    short = np.flatnonzero(valid_n < window)
+    short = (valid_n < window).nonzero()[0]
     if short.size:  # a pole must lie before the first point; few points: one parameter only
         nu_max = 1.0 / np.maximum(valid_n[short] - 0.75, 0.25)
         ok = grid.pole[cols][None, :] < nu_max[:, None]
@@ -119,30 +126,26 @@ def _project(
 ) -> tuple[np.ndarray, ...]:
     """Shapes and the optimal linear parameters for nonlinear ``(p1, p2)`` per job.
 
-    Returns ``(h, amp, off, sse, dh1, dh2)``; ``sse`` is inf where the shape has a pole in the
-    window or the best amplitude is not positive.
+    Returns ``(h, amp, off, sse)``; ``sse`` is inf where the shape has a pole in the window or
+    the best amplitude is not positive. Call under ``np.errstate`` (divisions by 0, overflows
+    and invalid values are expected and handled).
     """
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        if sub:
-            q = 1.0 + u * (p1[:, None] + p2[:, None] * u)
-            h = 1.0 / q
-            dh1 = -u * h * h
-            dh2 = dh1 * u
-            bad = ((q <= 0) & valid).any(axis=1)
-        else:
-            h = np.exp(-p1[:, None] * u)
-            dh1 = -u * h
-            dh2 = dh1
-            bad = ~np.isfinite(h).all(axis=1)
-        s_h = np.einsum("jw,jw->j", w, h)
-        s_hh = np.einsum("jw,jw->j", w * h, h)
-        s_hy = np.einsum("jw,jw->j", wy, h)
-        det = s_w * s_hh - s_h * s_h
-        amp = (s_w * s_hy - s_h * s_y) / det
-        off = (s_y - amp * s_h) / s_w
-        sse = s_yy - amp * s_hy - off * s_y
-    bad |= ~np.isfinite(sse) | ~(det > 1e-12 * s_w * s_hh) | ~(amp > 0)
-    return h, amp, off, np.where(bad, np.inf, np.maximum(sse, 0.0)), dh1, dh2
+    if sub:
+        q = 1.0 + u * (p1[:, None] + p2[:, None] * u)
+        h = 1.0 / q
+        bad = ((q <= 0) & valid).any(axis=1)
+    else:
+        h = np.exp(-p1[:, None] * u)
+        bad = ~np.isfinite(h).all(axis=1)
+    s_h = np.einsum("jw,jw->j", w, h)
+    s_hh = np.einsum("jw,jw->j", w * h, h)
+    s_hy = np.einsum("jw,jw->j", wy, h)
+    det = s_w * s_hh - s_h * s_h
+    amp = (s_w * s_hy - s_h * s_y) / det
+    off = (s_y - amp * s_h) / s_w
+    sse = s_yy - amp * s_hy - off * s_y
+    bad |= ~(np.isfinite(sse) & (det > 1e-12 * s_w * s_hh) & (amp > 0))
+    return h, amp, off, np.where(bad, np.inf, np.maximum(sse, 0.0))
 
 
 def _kaufman(
@@ -160,6 +163,30 @@ def _kaufman(
     return norm, np.einsum("jw,jw->j", wr, g), hg, one
 
 
+def _normal(
+    sub: bool, two: np.ndarray, u: np.ndarray, w: np.ndarray, y: np.ndarray, s_w: np.ndarray,
+    h: np.ndarray, amp: np.ndarray, off: np.ndarray,
+) -> tuple[Any, ...]:
+    """Kaufman's Gauss-Newton system at the current fit (shape ``h``, ``amp``, ``off``):
+    ``(m11, r1, m22, r2, m12)``, the derivative columns with their part in span{h, 1} removed
+    (``m22, r2, m12`` are None for the linear family). Call under ``np.errstate``."""
+    dh1 = -u * h * h if sub else -u * h  # the shape's derivatives by p1 (and p2: dh1 * u)
+    wh = w * h
+    s_h = wh.sum(axis=1)
+    gram = (s_w, s_h, np.einsum("jw,jw->j", wh, h))
+    wr = w * (amp[:, None] * h + off[:, None] - y)
+    g1 = amp[:, None] * dh1
+    det = s_w * gram[2] - s_h * s_h
+    m11, r1, hg1, one1 = _kaufman(g1, w, wh, wr, gram, det)
+    if not sub:
+        return m11, r1, None, None, None
+    g2 = amp[:, None] * (dh1 * u) * two[:, None]
+    m22, r2, hg2, one2 = _kaufman(g2, w, wh, wr, gram, det)
+    m12 = np.einsum("jw,jw->j", w * g1, g2) - (
+        hg1 * (gram[0] * hg2 - s_h * one2) + one1 * (gram[2] * one2 - s_h * hg2)) / det
+    return m11, r1, m22, r2, m12
+
+
 def refine(
     p1: np.ndarray, p2: np.ndarray, sub: bool, y: np.ndarray, w: np.ndarray, valid: np.ndarray,
     free2: np.ndarray, steps: int,
@@ -172,49 +199,44 @@ def refine(
     unless ``free2``); linear ``1e-5 <= p1 <= 5``.
     """
     jobs, window = y.shape
-    u = np.arange(-(window - 1), 1, dtype=np.float64)[None, :]
+    u = _offsets(window)
     wy = w * y
     s_w = w.sum(axis=1)
     s_y = wy.sum(axis=1)
     s_yy = np.einsum("jw,jw->j", wy, y)
     args = (sub, u, w, wy, s_w, s_y, s_yy, valid)
-    h, amp, off, sse, dh1, dh2 = _project(p1, p2, *args)
-    lam = np.full(jobs, 1e-3)
     two = sub & free2
-    for _ in range(steps):
-        # Kaufman's Jacobian: derivative columns with their part in span{h, 1} removed
-        wh = w * h
-        s_h = wh.sum(axis=1)
-        gram = (s_w, s_h, np.einsum("jw,jw->j", wh, h))
-        wr = w * (amp[:, None] * h + off[:, None] - y)
-        g1 = amp[:, None] * dh1
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            det = s_w * gram[2] - s_h * s_h
-            m11, r1, hg1, one1 = _kaufman(g1, w, wh, wr, gram, det)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        h, amp, off, sse = _project(p1, p2, *args)
+        lam = np.full(jobs, 1e-3)
+        system: tuple[Any, ...] | None = None  # Kaufman's, while the fit holds
+        for _ in range(steps):
+            if system is None:
+                system = _normal(sub, two, u, w, y, s_w, h, amp, off)
+            m11, r1, m22, r2, m12 = system
             if sub:
-                g2 = amp[:, None] * dh2 * two[:, None]
-                m22, r2, hg2, one2 = _kaufman(g2, w, wh, wr, gram, det)
-                m12 = np.einsum("jw,jw->j", w * g1, g2) - (
-                    hg1 * (gram[0] * hg2 - s_h * one2) + one1 * (gram[2] * one2 - s_h * hg2)) / det
                 a11 = m11 * (1.0 + lam) + 1e-300
                 a22 = m22 * (1.0 + lam) + 1e-300
                 dt = a11 * a22 - m12 * m12
-                d1 = -(a22 * r1 - m12 * r2) / dt
-                d2 = np.where(two, -(a11 * r2 - m12 * r1) / dt, 0.0)
+                d1 = zero_nonfinite(-(a22 * r1 - m12 * r2) / dt)
+                d2 = zero_nonfinite(np.where(two, -(a11 * r2 - m12 * r1) / dt, 0.0))
+                t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
             else:
-                d1 = -r1 / (m11 * (1.0 + lam) + 1e-300)
-                d2 = np.zeros(jobs)
-        d1, d2 = zero_nonfinite(d1), zero_nonfinite(d2)
-        if sub:
-            t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
-        else:
-            t1, t2 = np.clip(p1 + d1, 1e-5, 5.0), p2
-        t_h, t_amp, t_off, t_sse, t_dh1, t_dh2 = _project(t1, t2, *args)
-        better = t_sse < sse
-        b = better[:, None]
-        p1, p2 = np.where(better, t1, p1), np.where(better, t2, p2)
-        amp, off = np.where(better, t_amp, amp), np.where(better, t_off, off)
-        sse = np.where(better, t_sse, sse)
-        h, dh1, dh2 = np.where(b, t_h, h), np.where(b, t_dh1, dh1), np.where(b, t_dh2, dh2)
-        lam = np.where(better, lam * 0.3, lam * 10.0)
+                d1 = zero_nonfinite(-r1 / (m11 * (1.0 + lam) + 1e-300))
+                t1, t2 = np.minimum(np.maximum(p1 + d1, 1e-5), 5.0), p2
+            t_h, t_amp, t_off, t_sse = _project(t1, t2, *args)
+            better = t_sse < sse
+            if not better.any():  # nothing moves: only the damping grows
+                lam = lam * 10.0
+                continue
+            system = None
+            if better.all():
+                p1, p2, amp, off, sse, h = t1, t2, t_amp, t_off, t_sse, t_h
+                lam = lam * 0.3
+                continue
+            p1, p2 = np.where(better, t1, p1), np.where(better, t2, p2)
+            amp, off = np.where(better, t_amp, amp), np.where(better, t_off, off)
+            sse = np.where(better, t_sse, sse)
+            h = np.where(better[:, None], t_h, h)
+            lam = np.where(better, lam * 0.3, lam * 10.0)
     return p1, p2, amp, off, sse

@@ -160,7 +160,7 @@ def build_forecast(
     budget[np.isnan(budget)] = np.inf
     remaining = np.maximum(budget - n, 0.0)
     max_cores = np.array([j.max_cores for j in jobs], dtype=np.int64)
-    caps = np.clip(max_cores, 1, max(1, int(cluster.capacity)))
+    caps = np.minimum(np.maximum(max_cores, 1), max(1, int(cluster.capacity)))
     return Forecast(tuple(ids), fit, speed, remaining, caps, float(cluster.epoch_seconds))
 
 

@@ -27,7 +27,7 @@ def row_lengths(fc: Forecast) -> np.ndarray:
     """Per job, the core counts ``1 .. n`` whose gains can matter to the greedy: up to two
     past its useful cores (beyond them an iteration is no faster, so a further core gains
     nothing), at most its cap."""
-    return np.clip(fc.useful_cores() + 2, 1, np.maximum(fc.caps, 1)).astype(np.int64)
+    return np.minimum(np.maximum(fc.useful_cores() + 2, 1), np.maximum(fc.caps, 1)).astype(np.int64)
 
 
 def _row_keys(fc: Forecast, weights: np.ndarray, lengths: np.ndarray, min_gain: float) -> list[bytes]:

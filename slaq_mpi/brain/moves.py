@@ -70,10 +70,10 @@ def hold_current(current: np.ndarray, proposed: np.ndarray, caps: np.ndarray,
     free = int(capacity) - int(held.sum())
     if free < 0:
         return None
-    waiting = np.flatnonzero((held == 0) & (proposed > 0))
+    waiting = ((held == 0) & (proposed > 0)).nonzero()[0]
     for row in waiting.tolist():
         if free == 0:
-            donors = np.flatnonzero(held >= 2)
+            donors = (held >= 2).nonzero()[0]
             if donors.size == 0:
                 break
             shrink = held[donors] - proposed[donors]

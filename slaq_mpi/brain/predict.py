@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import repeat
 from typing import Any
 
@@ -123,7 +124,7 @@ def _prior_pace(last_drop: np.ndarray, span: np.ndarray, done: np.ndarray) -> np
     step = done / (c + done) - np.maximum(done - 1, 0) / (c + np.maximum(done - 1, 0))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         pace = np.where((span > 0) & (step > 0), last_drop / span / step, 1.0)
-    return np.where(np.isnan(pace), 1.0, np.clip(pace, 0.0, 1.0))  # an overflow is fast: 1
+    return np.where(np.isnan(pace), 1.0, np.minimum(np.maximum(pace, 0.0), 1.0))  # an overflow is fast: 1
 
 
 def span_prior_reduction(done: np.ndarray | float, more: np.ndarray | float) -> np.ndarray:
@@ -262,8 +263,7 @@ def fit_windows(
     last, last_drop = _last_losses(values, mask)
     scale, fit_ok = _loss_scale(values, mask, last)
     fit_ok &= (valid_n >= MIN_FIT_POINTS) & (max_drop > 0)
-    age = np.arange(window - 1, -1, -1, dtype=np.float64)
-    w = np.where(mask, np.exp(-age / max(decay, 1e-6))[None, :], 0.0)
+    w = np.where(mask, _weights(window, float(decay))[None, :], 0.0)
     y = np.where(mask, (values - last[:, None]) / scale[:, None], 0.0)
     s_w = np.maximum(w.sum(axis=1), 1e-300)
     fam, amp, off, p1, p2, sse = _fit_families(y, w, mask, valid_n, fit_ok, np.asarray(classes), steps)
@@ -290,11 +290,19 @@ def fit_windows(
     )
 
 
+@lru_cache(maxsize=16)
+def _weights(window: int, decay: float) -> np.ndarray:
+    """The weights of a window's points, oldest first: ``exp(-age / decay)`` (shared: not to
+    be changed)."""
+    age = np.arange(window - 1, -1, -1, dtype=np.float64)
+    return np.exp(-age / max(decay, 1e-6))
+
+
 def _skip_initial_loss(mask: np.ndarray, n: np.ndarray) -> np.ndarray:
     """``mask`` without the initial model's loss (iteration 0) in histories longer than
     ``SKIP_INITIAL_AFTER``: it is often atypical (e.g. hinge loss 1 at ``w = 0``)."""
     first = mask.shape[1] - n
-    drop = np.flatnonzero((n > SKIP_INITIAL_AFTER) & (first >= 0))
+    drop = ((n > SKIP_INITIAL_AFTER) & (first >= 0)).nonzero()[0]
     if drop.size:
         mask = mask.copy()
         mask[drop, first[drop]] = False
@@ -336,7 +344,7 @@ def _fit_families(
     sse = np.full(jobs, np.inf)
     for kind, members in ((FAMILY_SUBLINEAR, fam == FAMILY_SUBLINEAR),
                           (FAMILY_LINEAR, (fam == FAMILY_LINEAR) | unknown)):
-        idx = np.flatnonzero(members & fit_ok)
+        idx = (members & fit_ok).nonzero()[0]
         if not idx.size:
             continue
         f_p1, f_p2, f_amp, f_off, f_sse = _fit_family(kind, y[idx], w[idx], mask[idx], valid_n[idx], steps)

@@ -106,23 +106,27 @@ class ThroughputMemo:
         eq = equations(job, a, t, count, np.full(count_jobs, prior_t1), SERIAL_FRACTION, scale)
         prior = prior_of(SERIAL_FRACTION)
         theta = np.zeros((count_jobs, 3))
-        first = np.flatnonzero(rich)
+        first = rich.nonzero()[0]
         if first.size:
             theta[first] = eq.solve(first, prior)
             recentre(eq, theta, first, prior)
-        bounds = np.searchsorted(job, np.arange(count_jobs + 1))
+        bounds = np.searchsorted(job, np.arange(count_jobs + 1)).tolist()
+        # per job, views of its rows of the batch (nothing changes them after this)
+        cols = (eq.t1, eq.gram, eq.rhs, eq.scale, eq.count, eq.phi_ref)
+        rows = [tuple(col[k : k + 1] for col in cols) for k in range(count_jobs)]
+        final = _final(theta[first], eq.t1[first]) if first.size else theta
+        learned = np.stack([theta[:, 0] * eq.t1, np.maximum(theta[:, 1], 1e-6) * eq.t1,
+                            theta[:, 2] * eq.t1], axis=1)
         out = []
-        for k in range(count_jobs):
-            row = _Job(observations[k], prior_t1, bool(rich[k]), int(distinct[k]), float(count[k]),
-                       (eq.t1[k : k + 1].copy(), eq.gram[k : k + 1].copy(), eq.rhs[k : k + 1].copy(),
-                        eq.scale[k : k + 1].copy(), eq.count[k : k + 1].copy(),
-                        eq.phi_ref[k : k + 1].copy()),
-                       a[bounds[k] : bounds[k + 1]].copy())
-            if row.rich:
-                t1 = eq.t1[k]
-                row.learned = np.array([theta[k, 0] * t1, max(theta[k, 1], 1e-6) * t1, theta[k, 2] * t1])
-                row.fits[SERIAL_FRACTION] = _final(theta[k : k + 1], eq.t1[k : k + 1])[0]
+        for k, (obs, is_rich, dist, cnt) in enumerate(zip(observations, rich.tolist(),
+                                                          distinct.tolist(), count.tolist(),
+                                                          strict=True)):
+            row = _Job(obs, prior_t1, is_rich, int(dist), float(cnt), rows[k],
+                       a[bounds[k] : bounds[k + 1]])
             out.append(row)
+        for i, k in enumerate(first.tolist()):
+            out[k].learned = learned[k]
+            out[k].fits[SERIAL_FRACTION] = final[i]
         return out
 
     @staticmethod

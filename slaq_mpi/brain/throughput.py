@@ -17,8 +17,10 @@ Negative coefficients are pinned to 0 and the system re-solved; nothing returns 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import chain
 
 import numpy as np
@@ -104,6 +106,8 @@ def _prior_gram(serial: float = SERIAL_FRACTION) -> np.ndarray:
 
 
 _PRIOR_GRAM = _prior_gram()
+_EYE = np.eye(3)[None]
+_RIDGE = 1e-12 * _EYE  # keeps every system regular
 
 
 def fit_throughput_flat(
@@ -150,11 +154,19 @@ class _Prior:
     serial: float
     gram: np.ndarray
     theta: np.ndarray
+    pull: np.ndarray  # gram @ theta: the prior's right-hand side
 
     @staticmethod
     def of(serial: float) -> _Prior:
-        gram = _PRIOR_GRAM if serial == SERIAL_FRACTION else _prior_gram(serial)
-        return _Prior(serial, gram, np.array([1.0 - serial, serial, 0.0]))
+        """The prior of serial share ``serial`` (shared: its arrays are not changed)."""
+        return _prior_of(float(serial))
+
+
+@lru_cache(maxsize=64)
+def _prior_of(serial: float) -> _Prior:
+    gram = _PRIOR_GRAM if serial == SERIAL_FRACTION else _prior_gram(serial)
+    theta = np.array([1.0 - serial, serial, 0.0])
+    return _Prior(serial, gram, theta, gram @ theta)
 
 
 @dataclass
@@ -172,7 +184,7 @@ class _Equations:
     def solve(self, rows: np.ndarray, prior: _Prior) -> np.ndarray:
         """The coefficients of the jobs ``rows`` (units of ``t1``), kept non-negative."""
         return _solve_group(self.gram[rows], self.rhs[rows], self.scale[rows], self.count[rows],
-                            prior.gram, prior.theta, self.phi_ref[rows])
+                            prior.gram, prior.pull, self.phi_ref[rows])
 
     def rescale(self, rows: np.ndarray | slice, ratio: np.ndarray) -> None:
         """Re-express the jobs ``rows`` in units of ``t1 * ratio``."""
@@ -215,7 +227,7 @@ def _equations(job: np.ndarray, a: np.ndarray, t: np.ndarray, count: np.ndarray,
         t1 = np.where(count > 0, np.exp(log_t1 / np.maximum(count, 1.0)), prior_t1)
     phi = _features(a)
     log_a = np.bincount(job, weights=np.log2(a), minlength=jobs) / np.maximum(count, 1.0)
-    ts = np.clip(t / t1[job], 1e-9, 1e9)
+    ts = np.minimum(np.maximum(t / t1[job], 1e-9), 1e9)
     wts = 1.0 / np.maximum(ts, 1e-12) ** 2
     gram = np.zeros((jobs, 3, 3))
     rhs = np.zeros((jobs, 3))
@@ -274,9 +286,10 @@ def _recentre(eq: _Equations, theta: np.ndarray, rows: np.ndarray, prior: _Prior
 
 
 def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np.ndarray,
-                 prior_gram: np.ndarray, prior_theta: np.ndarray, phi_ref: np.ndarray) -> np.ndarray:
-    """Solve the jobs' normal equations plus ``scale`` times the prior's, with coefficients
-    kept non-negative.
+                 prior_gram: np.ndarray, prior_pull: np.ndarray, phi_ref: np.ndarray) -> np.ndarray:
+    """Solve the jobs' normal equations plus ``scale`` times the prior's (``prior_gram``, and
+    ``prior_pull``: its right-hand side, the prior's Gram matrix times its coefficients), with
+    coefficients kept non-negative.
 
     While a job has negative coefficients, the one whose term is most negative at the job's
     typical core count (``phi_ref``: the features there) is pinned to 0 and the
@@ -286,18 +299,18 @@ def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np
     the communication term alone recovers the data's speed-up.
     """
     gram = gram + prior_gram[None] * scale[:, None, None]
-    rhs = rhs + (prior_gram @ prior_theta)[None] * scale[:, None]
-    theta = _solve(gram + 1e-12 * np.eye(3)[None], rhs)
+    rhs = rhs + prior_pull[None] * scale[:, None]
+    theta = _solve(gram + _RIDGE, rhs)
     pinned = np.zeros(theta.shape, dtype=bool)
     for _ in range(3):
         neg = (theta < -1e-12) & ~pinned
-        todo = np.flatnonzero(neg.any(axis=1))
+        todo = neg.any(axis=1).nonzero()[0]
         if not todo.size:
             break
         worst = np.argmin(np.where(neg[todo], theta[todo] * phi_ref[todo], np.inf), axis=1)
         pinned[todo, worst] = True
         stiff = 1e9 * np.maximum(count[todo], 1.0)[:, None, None]
-        g = gram[todo] + np.eye(3)[None] * (stiff * pinned[todo, :, None] + 1e-12)
+        g = gram[todo] + _EYE * (stiff * pinned[todo, :, None] + 1e-12)
         theta[todo] = _solve(g, rhs[todo] * ~pinned[todo])
     return theta
 
@@ -313,15 +326,24 @@ def population_serial_fraction(model: ThroughputModel, min_jobs: int = MIN_POPUL
     """
     if model.distinct is None:
         return float(default)
-    known = model.distinct >= DATA_DISTINCT
-    if int(known.sum()) < max(1, min_jobs):
+    # scalar arithmetic on the few jobs: the same values as the array operations, which cost
+    # more than the arithmetic itself at this size
+    need = max(1, min_jobs)
+    known = 0
+    share = []
+    for distinct, alpha, beta in zip(model.distinct.tolist(), model.alpha.tolist(),
+                                     model.beta.tolist(), strict=True):
+        if distinct >= DATA_DISTINCT:
+            known += 1
+            total = alpha + beta
+            if total > 0 and math.isfinite(beta / total):
+                share.append(beta / total)
+    if known < need or len(share) < need:
         return float(default)
-    total = model.alpha[known] + model.beta[known]
-    share = np.divide(model.beta[known], total, out=np.full(total.shape, np.nan), where=total > 0)
-    share = share[np.isfinite(share)]
-    if share.size < max(1, min_jobs):
-        return float(default)
-    return float(np.clip(np.median(share), MIN_SERIAL_FRACTION, 1.0))
+    share.sort()
+    mid = len(share) // 2
+    median = share[mid] if len(share) % 2 else (share[mid - 1] + share[mid]) / 2.0
+    return float(min(max(median, MIN_SERIAL_FRACTION), 1.0))
 
 
 def flat_observations(

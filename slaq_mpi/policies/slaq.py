@@ -136,9 +136,9 @@ class SlaqPolicy:
             cores = np.asarray(cores, dtype=np.int64)
             out = np.zeros(cores.shape[0])
             kept = (cores >= 1) & (cores <= sizes) & (np.asarray(seconds) == epoch)
-            for i in np.flatnonzero(kept).tolist():
+            for i in kept.nonzero()[0].tolist():
                 out[i] = gains[i][cores[i] - 1]
-            rest = np.flatnonzero((cores >= 1) & ~kept)
+            rest = ((cores >= 1) & ~kept).nonzero()[0]
             if rest.size:
                 out[rest] = fc.reduction(cores[rest], rest, np.asarray(seconds)[rest]) * weights[rest]
             return out

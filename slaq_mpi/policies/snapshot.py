@@ -95,7 +95,10 @@ def job_snapshot(job_id: str, *, losses: Sequence[float], throughput: Sequence[t
     no more cores than there are). The live coordinator and the simulator both build every
     job's snapshot here.
     """
-    return JobSnapshot(
+    # every field at once: the same snapshot as ``JobSnapshot(...)``, whose frozen __init__
+    # sets the fields one by one through object.__setattr__ (one snapshot per job and decision)
+    snap = _new_object(JobSnapshot)
+    snap.__dict__.update(
         job_id=job_id,
         losses=tuple(losses),
         throughput=tuple(throughput),
@@ -108,6 +111,10 @@ def job_snapshot(job_id: str, *, losses: Sequence[float], throughput: Sequence[t
         max_iterations=max_iterations,
         weight=float(weight),
     )
+    return snap
+
+
+_new_object = object.__new__
 
 
 def cluster_snapshot(capacity: int, now: float, epoch_seconds: float,

@@ -137,16 +137,19 @@ class CurveLibrary:
             return cls([])
         try:
             with np.load(p, allow_pickle=False) as z:
-                off = z["offsets"]
+                # each member is read once (every z[...] reads it from the archive again)
+                off, names, algorithms = z["offsets"], z["names"], z["algorithms"]
+                convergence, losses, l_star = z["convergence"], z["losses"], z["l_star"]
+                cost_per_cell, recipes = z["cost_per_cell"], z["recipes"]
                 curves = [
                     Curve(
-                        name=str(z["names"][i]),
-                        algorithm=str(z["algorithms"][i]),
-                        convergence=str(z["convergence"][i]),
-                        losses=np.array(z["losses"][off[i] : off[i + 1]]),
-                        l_star=float(z["l_star"][i]),
-                        cost_per_cell=float(z["cost_per_cell"][i]),
-                        recipe=str(z["recipes"][i]),
+                        name=str(names[i]),
+                        algorithm=str(algorithms[i]),
+                        convergence=str(convergence[i]),
+                        losses=np.array(losses[off[i] : off[i + 1]]),
+                        l_star=float(l_star[i]),
+                        cost_per_cell=float(cost_per_cell[i]),
+                        recipe=str(recipes[i]),
                     )
                     for i in range(len(off) - 1)
                 ]

@@ -123,14 +123,8 @@ class OraclePolicy:
                 margs.append(self._marginals(j.job_id, g))
                 owner.append(i)
         if left > 0 and margs:
-            flat = np.concatenate(margs)
-            who = np.repeat(np.array(owner, dtype=np.int64), [len(m) for m in margs])
-            if len(flat) > left:
-                top = np.argpartition(-flat, left - 1)[:left]
-                who = who[top]
-            extra = np.bincount(who, minlength=len(jobs))
-            for i, j in enumerate(jobs):
-                alloc[j.job_id] += int(extra[i])
+            for i, more in zip(owner, _largest_counts(margs, left), strict=True):
+                alloc[jobs[i].job_id] += more
         if len(jobs) < len(snapshot.jobs):
             return alloc
         return self._settle(snapshot, jobs, alloc, gains)
@@ -158,3 +152,19 @@ class OraclePolicy:
             np.array([bool(j.losses) for j in jobs], dtype=bool), float(snapshot.epoch_seconds),
             float(snapshot.move_seconds), value)
         return {j.job_id: int(c) for j, c in zip(jobs, settled.tolist(), strict=True)}
+
+
+def _largest_counts(margs: list[np.ndarray], k: int) -> list[int]:
+    """Per array of ``margs``, how many of the ``k`` largest values of them all are its (all of
+    them if there are at most ``k``), ties at the ``k``-th largest as ``np.argpartition`` of the
+    arrays laid end to end chooses them."""
+    flat = np.concatenate(margs)
+    if len(flat) <= k:
+        return [len(m) for m in margs]
+    kth = np.partition(flat, len(flat) - k)[len(flat) - k]
+    counts = [int(np.count_nonzero(m >= kth)) for m in margs]
+    if sum(counts) == k:  # no value equal to the k-th largest is left out: no tie to break
+        return counts
+    who = np.repeat(np.arange(len(margs)), [len(m) for m in margs])
+    top = np.argpartition(-flat, k - 1)[:k]
+    return np.bincount(who[top], minlength=len(margs)).tolist()
