@@ -18,7 +18,9 @@ is the epoch model:
   cores; a job that grows keeps iterating on its old cores until the cores it gains are free
   (the free ones at once, then those of the jobs that shrink, each at its own next iteration
   boundary, earliest first, given to the growing jobs in arrival order) and moves at its
-  next iteration boundary after that;
+  next iteration boundary after that. The runtime also lets a growing job stop with its
+  donors, or before them while they train on, when that idles fewer ranks (docs/runtime.md);
+  this model does not, so it overstates how long a slow growing job's gained cores wait;
 * ``fluid``: every move takes effect at the decision, and the progress made in the current
   iteration carries over to the new core count (an ideal runtime that stops nothing midway).
 
