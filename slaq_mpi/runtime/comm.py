@@ -403,10 +403,10 @@ class WorkerLink:
         """A job leader: the jobs rank 0 has asked to release since the last call."""
         jobs: set[str] = set()
         # MPICH moves a message that arrived while this rank computed into its queue during
-        # the first probe, which still answers no: a second probe sees it, so an ask is taken
-        # at the boundary after it arrived, not a whole chunk later
-        while _WORLD.Iprobe(source=0, tag=Tag.RELEASE) or (
-                not jobs and _WORLD.Iprobe(source=0, tag=Tag.RELEASE)):
+        # a first probe, which still answers no: probing once before the loop takes an ask at
+        # the boundary after it arrived, not a whole chunk later
+        _WORLD.Iprobe(source=0, tag=Tag.RELEASE)
+        while _WORLD.Iprobe(source=0, tag=Tag.RELEASE):
             jobs.add(str(_WORLD.recv(source=0, tag=Tag.RELEASE)))
             self._releases += 1
         return jobs
