@@ -203,11 +203,14 @@ class Coordinator:
         return next_decision(now, min(due, default=None), self.spec.epoch_seconds)
 
     def _after_decision(self, now: float) -> None:
-        """Carry out a decision's placement, then save the record (at most once an epoch, in
-        the background) and rewrite status.json."""
+        """Carry out a decision's placement, then save the record (in the background, after
+        every decision on the epoch clock, so a resume redoes at most about one report period of
+        any job) and rewrite status.json."""
         if self._changed:
             self._carry_out()  # the moves first: the files can wait, the ranks cannot
-        if now >= self._saved_at + self.spec.epoch_seconds:
+        # decisions on the epoch clock come about ``epoch_seconds`` apart, a little less or more
+        # with the policy's time; those at arrivals and ends in between save at most once more
+        if now >= self._saved_at + self.spec.epoch_seconds / 2:
             self._save(finished=False, background=True)
         self._write_status("running")
 
