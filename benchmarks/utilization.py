@@ -14,7 +14,9 @@ whichever runtime the Python running it imports (printed first):
   utilization            core-seconds inside iterations / (worker ranks x (last job end - first arrival))
   unmoved_gap_ms         median start[i+1] - end[i] of a job's consecutive iterations i, i+1 with a
                          decision in (start[i], start[i+1]] that kept its cores (count: _count)
-  move_pause_ms          the same where its core count changed and no decision there gave it 0 cores
+  move_pause_ms          median start[i+1] - end[i] over every move: consecutive iterations on
+                         different core counts, no decision from the last one up to end[i] to
+                         start[i+1] giving the job 0 cores (a pause, not a wait for cores)
   first_core_wait_s_max  longest wait from a job's arrival to the start of its first iteration
   reports_per_s_rank0    pickled job reports (10 iterations each) unpickled and absorbed into rank
                          0's record per second of CPU time, in this process, by the runtime's own
@@ -180,9 +182,12 @@ def _p90_ms(values: list[float]) -> float | None:
 
 
 def decision_gaps(run: Any) -> tuple[list[float], list[float]]:
-    """The gaps start[i+1] - end[i] (seconds) of consecutive iterations with a decision in
-    (start[i], start[i+1]]: those that kept the job's cores (every such decision gave it
-    the cores it iterated on), and its moves (core count changed, no such decision gave 0)."""
+    """The gaps start[i+1] - end[i] (seconds) between a job's consecutive iterations i, i+1:
+    those on the same cores with a decision in (start[i], start[i+1]] that gave it those
+    cores, and every move (core counts differ; the decision in force when iteration i ended
+    and every later one up to start[i+1] gave it cores, so the gap is a move's pause rather
+    than a wait for cores). A job keeps iterating after the decision that moves it until it
+    is asked, so a move's gap usually comes after that decision, not around it."""
     t_dec = np.asarray(run.epoch_time, dtype=np.float64)
     unmoved: list[float] = []
     moved: list[float] = []
@@ -190,17 +195,18 @@ def decision_gaps(run: Any) -> tuple[list[float], list[float]]:
         if len(job.time) < 2 or name not in run.job_names:
             continue
         alloc = np.asarray(run.alloc)[:, run.job_names.index(name)]
+        cores = np.asarray(job.cores)
         end = np.asarray(job.time, dtype=np.float64)
         start = end - np.asarray(job.iter_seconds, dtype=np.float64)
         first = np.searchsorted(t_dec, start[:-1], side="right")
         last = np.searchsorted(t_dec, start[1:], side="right")
-        for i in np.flatnonzero(last > first):
-            given = alloc[first[i]:last[i]]
-            gap = float(start[i + 1] - end[i])
-            if job.cores[i] == job.cores[i + 1] and np.all(given == job.cores[i]):
-                unmoved.append(gap)
-            elif job.cores[i] != job.cores[i + 1] and np.all(given > 0):
-                moved.append(gap)
+        for i in np.flatnonzero((last > first) & (cores[:-1] == cores[1:])):
+            if np.all(alloc[first[i]:last[i]] == cores[i]):
+                unmoved.append(float(start[i + 1] - end[i]))
+        in_force = np.searchsorted(t_dec, end[:-1], side="right") - 1
+        for i in np.flatnonzero(cores[:-1] != cores[1:]):
+            if np.all(alloc[max(in_force[i], 0):last[i]] > 0):
+                moved.append(float(start[i + 1] - end[i]))
     return unmoved, moved
 
 
