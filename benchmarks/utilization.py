@@ -20,7 +20,10 @@ whichever runtime the Python running it imports (printed first):
   first_core_wait_s_max  longest wait from a job's arrival to the start of its first iteration
   reports_per_s_rank0    pickled job reports (10 iterations each) unpickled and absorbed into rank
                          0's record per second of CPU time, in this process, by the runtime's own
-                         code (slaq_mpi.runtime.job_reports.absorb, else Coordinator._absorb_job);
+                         code (slaq_mpi.runtime.job_reports.absorb, with its report journal
+                         written to a temporary directory and flushed every 10 reports, as
+                         rank 0 flushes it once per pass of its loop over the messages
+                         waiting; else Coordinator._absorb_job);
                          reports_per_wall_s_rank0 the same per wall second
 
 Usage: python benchmarks/utilization.py [--workload a,b,c,d] [--policy slaq,fair] [--seed S]
@@ -264,6 +267,9 @@ def _report_fields(cls: type, job: str, epoch: int, iters: int, wall: float) -> 
     return values
 
 
+JOURNAL_FLUSH_EVERY = 10  # reports taken per flush of the journal in the microbenchmark
+
+
 def _absorber(epoch_seconds: float) -> tuple[str, Callable[[Any, Any], object]]:
     """The runtime's code path that adds one report to rank 0's record, and its name."""
     wall0 = time.time()
@@ -272,7 +278,20 @@ def _absorber(epoch_seconds: float) -> tuple[str, Callable[[Any, Any], object]]:
     except ImportError:
         pass
     else:
-        return "job_reports.absorb", lambda record, rep: absorb(record, rep, lambda w: w - wall0)
+        try:
+            from slaq_mpi.storage.journal import Journal  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:  # a runtime that keeps no report journal
+            return "job_reports.absorb", lambda record, rep: absorb(record, rep, lambda w: w - wall0)
+        journal = Journal(Path(tempfile.mkdtemp(prefix="slaq-journal-")), 0)
+        taken = [0]
+
+        def absorb_journaled(record: Any, rep: Any) -> None:
+            absorb(record, rep, lambda w: w - wall0, journal)
+            taken[0] += 1
+            if taken[0] % JOURNAL_FLUSH_EVERY == 0:
+                journal.flush()
+
+        return "job_reports.absorb+journal", absorb_journaled
     from slaq_mpi.runtime.coordinator import Coordinator
 
     # the lock-step runtime's methods (looked up by name: the new runtime has none of them)

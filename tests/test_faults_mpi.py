@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
+from slaq_mpi.storage import journal
+from slaq_mpi.storage.metrics import RunRecord
 from tests.conftest import ROOT, Started, mpiexec_path, open_mpi, run_slaq
 from tests.mpi_runs import (
     check_epoch_lines,
@@ -132,10 +134,12 @@ def test_sigkill_of_a_rank_then_resume(tmp_path: Path, launch: Launch, victim: s
     rank = 0 if victim == "coordinator" else random.Random(7).choice([1, 2, 3])
     os.kill(ranks[rank], signal.SIGKILL)
     assert proc.finish(120) not in (0, 75), proc.shown()
-    with h5py.File(run / "metrics.h5") as f:  # what rank 0 had saved when the rank died
-        recorded = {n: len(g["loss"]) for n, g in f["jobs"].items()}
-        under_way = {n for n, g in f["jobs"].items()
-                     if len(g["loss"]) and g.attrs["status"] not in ("done", "failed")}
+    # what rank 0 had recorded when the rank died: its last save and the reports it journaled since
+    saved = RunRecord.read(run / "metrics.h5")
+    journal.replay(saved, journal.entries(run, int(saved.attrs.get("journal", 0))))
+    recorded = {n: len(j.loss) for n, j in saved.jobs.items()}
+    under_way = {n for n, j in saved.jobs.items() if len(j.loss) and j.status not in ("done", "failed")}
+    with h5py.File(run / "metrics.h5") as f:
         per_epoch = {n: max(1, int(np.bincount(np.searchsorted(f["epochs/time"][()], g["time"][()]))
                                    .max())) if len(g["time"]) else 0 for n, g in f["jobs"].items()}
     assert "good-1" in under_way, recorded  # paced: it cannot have finished by epoch 5

@@ -53,6 +53,8 @@ from slaq_mpi.runtime.placement import assignments, place
 from slaq_mpi.runtime.record_saver import RecordSaver
 from slaq_mpi.runtime.timing import next_decision
 from slaq_mpi.runtime.transitions import Transitions
+from slaq_mpi.storage import journal
+from slaq_mpi.storage.journal import Journal
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 from slaq_mpi.storage.rundir import STOP_FILE, remove_stop
 from slaq_mpi.storage.status_file import RunStatus, job_status, run_utilization, write_status
@@ -62,6 +64,7 @@ __all__ = ["STATE_FILE", "Coordinator", "new_record", "resume_record", "run_coor
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 _STOP_CHECK = 0.05  # seconds: a stop signal or STOP file is seen within this long
 _DECIDING_CHECK = 0.002  # seconds: how soon the end of a decision under way is seen
+SAVE_SHARE = 10  # the record is saved at most once per this many times a save's duration
 _received: list[int] = []  # stop signals received by rank 0, set by the handler only
 
 
@@ -105,6 +108,9 @@ class Coordinator:
         self._last_decision = math.nan
         self._saved_at = -math.inf  # experiment time of the last save of the record
         self.saver = RecordSaver(run_dir, STATE_FILE)
+        # reports taken since the last save (a resume replays them); after every journal file
+        # already there, which the first save drops
+        self.journal = Journal(run_dir, journal.newest_index(run_dir) + 1)
         self._policy_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slaq-policy")
         self._deciding: tuple[Future[tuple[dict[str, int], float]], float] | None = None
         # on several nodes, a job that stops reporting has lost ranks with a node (liveness.py)
@@ -172,6 +178,7 @@ class Coordinator:
             wait = _DECIDING_CHECK if self._deciding is not None else _STOP_CHECK
             self.link.wait(deadline=self._t0 + min(due, self.now() + wait),
                            idle=self.moves.idle and self._deciding is None)
+            self.journal.flush()  # the reports just taken survive this process from now on
             self._check_liveness()
         self._shutdown()
         self._save(finished=status != EXIT_STOPPED)
@@ -203,14 +210,15 @@ class Coordinator:
         return next_decision(now, min(due, default=None), self.spec.epoch_seconds)
 
     def _after_decision(self, now: float) -> None:
-        """Carry out a decision's placement, then save the record (in the background, after
-        every decision on the epoch clock, so a resume redoes at most about one report period of
-        any job) and rewrite status.json."""
+        """Carry out a decision's placement, then save the record (in the background, at most
+        once an epoch and so that its writes take at most a tenth of rank 0's time; the journal
+        holds the reports taken since) and rewrite status.json."""
         if self._changed:
             self._carry_out()  # the moves first: the files can wait, the ranks cannot
+        every = max(self.spec.epoch_seconds, SAVE_SHARE * self.saver.last_seconds)
         # decisions on the epoch clock come about ``epoch_seconds`` apart, a little less or more
-        # with the policy's time; those at arrivals and ends in between save at most once more
-        if now >= self._saved_at + self.spec.epoch_seconds / 2:
+        # with the policy's time
+        if now >= self._saved_at + every - self.spec.epoch_seconds / 2:
             self._save(finished=False, background=True)
         self._write_status("running")
 
@@ -304,7 +312,7 @@ class Coordinator:
 
     def _on_report(self, report: Report) -> None:
         """A job leader's report (the link's handler for ``Tag.REPORT``)."""
-        first = absorb(self.record, report, self._wall_to_now)
+        first = absorb(self.record, report, self._wall_to_now, self.journal)
         if self.liveness is not None:
             self.liveness.heard(report.job, self.now())
         job = self.record.jobs[report.job]
@@ -387,6 +395,8 @@ class Coordinator:
         self.record.attrs["stopped"] = elapsed
         # where a resume starts, in the same atomic write as the history it continues
         self.record.attrs["epoch"], self.record.attrs["elapsed"] = self.epoch, elapsed
+        # the reports taken from now on go to the next journal file, which the record names
+        self.record.attrs["journal"] = self.journal.rotate()
         state = json.dumps({"epoch": self.epoch, "elapsed": elapsed, "finished": finished,
                             "draining": self.admission.draining, "open": self.spec.open})
         prune = [(job.name, job.iterations) for job in self.record.jobs.values()

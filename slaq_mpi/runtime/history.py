@@ -17,7 +17,7 @@ from slaq_mpi.policies.snapshot import (
     cluster_snapshot,
     job_snapshot,
 )
-from slaq_mpi.storage import checkpoint
+from slaq_mpi.storage import checkpoint, journal
 from slaq_mpi.storage.metrics import JobRecord, RunRecord
 
 STATE_FILE = "state.json"
@@ -51,7 +51,8 @@ def new_record(spec: ExperimentSpec, capacity: int) -> RunRecord:
 
 
 def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
-    """Read a run's record back and roll every job to its newest good checkpoint.
+    """Read a run's record back, add the reports of its journal taken after that save, and
+    roll every job to its newest good checkpoint.
 
     Iterations recorded after that checkpoint are dropped (they run again). A corrupt
     checkpoint is renamed to ``*.corrupt`` and reported in one line. Returns the record, the
@@ -62,6 +63,10 @@ def resume_record(run_dir: Path) -> tuple[RunRecord, int, float]:
         state = {"epoch": record.attrs["epoch"], "elapsed": record.attrs["elapsed"]}
     else:  # a record saved without them: state.json holds them
         state = json.loads((run_dir / STATE_FILE).read_text())
+    if "journal" in record.attrs:
+        # the experiment's clock goes on from the latest report taken, not from the save
+        taken = journal.replay(record, journal.entries(run_dir, int(record.attrs["journal"])))
+        state["elapsed"] = max(float(state.get("elapsed", 0.0)), taken)
     for job in record.jobs.values():
         if job.status in ("done", "failed", "cancelled"):
             continue

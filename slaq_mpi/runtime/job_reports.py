@@ -8,16 +8,26 @@ import time
 from collections.abc import Callable
 
 from slaq_mpi.runtime.messages import Report
-from slaq_mpi.storage.metrics import RunRecord
+from slaq_mpi.storage.journal import Journal, entry
+from slaq_mpi.storage.metrics import JobRecord, RunRecord
 
 
-def absorb(record: RunRecord, report: Report, to_now: Callable[[float], float]) -> float | None:
-    """Add ``report``'s iterations and status to its job's record.
+def absorb(record: RunRecord, report: Report, to_now: Callable[[float], float],
+           journal: Journal | None = None) -> float | None:
+    """Add ``report``'s iterations and status to its job's record, and to ``journal``.
 
     ``to_now`` turns a wall-clock time (``time.time()``) into experiment seconds. Returns the
     experiment time at which the report's first iteration started (None if it holds none).
     """
     job = record.jobs[report.job]
+    before = len(job.loss)
+    first = _absorb(job, report, to_now)
+    if journal is not None and (len(job.loss) > before or report.status != "running"):
+        journal.add(entry(job, before, to_now(time.time())))
+    return first
+
+
+def _absorb(job: JobRecord, report: Report, to_now: Callable[[float], float]) -> float | None:
     n = len(report.losses)
     first = None
     if n:

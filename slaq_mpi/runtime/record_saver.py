@@ -5,15 +5,18 @@ with hundreds of jobs a save takes most of a second. Rank 0 takes a copy of the 
 (:meth:`~slaq_mpi.storage.metrics.RunRecord.run_data`) and a thread writes it, then
 ``state.json``, then prunes the checkpoints the record no longer needs, while rank 0 goes on
 deciding and answering the jobs. One save at a time; a save asked for while one is being
-written is skipped (the next one carries its data). The final save waits. No MPI here.
+written is skipped (the next one carries its data). The final save waits. Once a record is
+written, the report journal files it holds are deleted (:mod:`slaq_mpi.storage.journal`). No
+MPI here.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
-from slaq_mpi.storage import checkpoint
+from slaq_mpi.storage import checkpoint, journal
 from slaq_mpi.storage.durable import replacing
 from slaq_mpi.storage.metrics import RunData, write_metrics
 
@@ -28,6 +31,7 @@ class RecordSaver:
         self.state_file = state_file
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self.last_seconds = 0.0  # how long the latest save took to write
 
     @property
     def busy(self) -> bool:
@@ -63,9 +67,13 @@ class RecordSaver:
             self._error = exc
 
     def _write(self, data: RunData, state: str, prune: list[tuple[str, int]]) -> None:
+        start = time.monotonic()
         write_metrics(self.run_dir / "metrics.h5", data)
         with replacing(self.run_dir / self.state_file,
                        self.run_dir / f".{self.state_file}.tmp") as tmp:
             tmp.write_text(state)
+        if data.journal is not None:  # the reports of the older journal files are in the record
+            journal.drop_before(self.run_dir, data.journal)
         for job, iterations in prune:  # what is saved now needs no older checkpoint
             checkpoint.prune(self.run_dir, job, iterations)
+        self.last_seconds = time.monotonic() - start

@@ -177,7 +177,7 @@ def _read_root(a: h5py.AttributeManager, p: Path) -> dict[str, Any]:
             "epoch_seconds": float(get["epoch_seconds"]), "stopped": float(get["stopped"]),
             "workdir": kept("workdir", _text), "data_files": kept("data_files", _text),
             "epoch": kept("epoch", int), "elapsed": kept("elapsed", float),
-            "world_collectives": kept("world_collectives", int)}
+            "world_collectives": kept("world_collectives", int), "journal": kept("journal", int)}
 
 
 def _read_job(name: str, g: h5py.Group) -> JobTrace:

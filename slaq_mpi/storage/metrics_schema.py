@@ -17,7 +17,7 @@ ROOT_DEFAULTS: dict[str, Any] = {"policy": "?", "seed": 0, "capacity": 0, "epoch
                                  "mode": "run", "config": ""}
 """What an absent root attribute reads as (``name`` reads as the run directory's name)."""
 
-RUN_ONLY_ATTRS = ("workdir", "data_files", "epoch", "elapsed", "world_collectives")
+RUN_ONLY_ATTRS = ("workdir", "data_files", "epoch", "elapsed", "world_collectives", "journal")
 """Root attributes only ``slaq run`` writes (None in a :class:`RunData` that has none)."""
 
 JOB_SERIES = {"loss": "f8", "time": "f8", "cores": "i4", "iter_seconds": "f8"}
@@ -60,9 +60,10 @@ class RunData:
     """One run of an experiment under one policy (the whole metrics.h5).
 
     ``gap_ms`` None: not measured (a simulation), written as NaN. ``workdir``, ``data_files``,
-    ``epoch``, ``elapsed`` and ``world_collectives`` (the most collectives over every rank any
-    rank entered between start-up and shutdown) are kept by real runs only
-    (:data:`RUN_ONLY_ATTRS`).
+    ``epoch``, ``elapsed``, ``world_collectives`` (the most collectives over every rank any
+    rank entered between start-up and shutdown) and ``journal`` (the index of the first report
+    journal file newer than this record, :mod:`slaq_mpi.storage.journal`) are kept by real runs
+    only (:data:`RUN_ONLY_ATTRS`).
     """
 
     name: str
@@ -86,4 +87,5 @@ class RunData:
     epoch: int | None = None
     elapsed: float | None = None
     world_collectives: int | None = None
+    journal: int | None = None  # the first report journal file newer than this record
     placements: list[dict[str, Any]] | None = None  # one per job placed on ranks of several hosts
