@@ -7,7 +7,8 @@ HDF5 layout (the native format):
   attribute ``shape = (rows, features)``.
 * ``/y``: optional labels or targets, shape (rows,).
 
-A rank reads only its own rows (``read_shard``), never the whole file. ``check_file`` scans a
+A rank reads only its own rows (``read_shard``), never the whole file (a worker keeps a small
+dataset whole in memory once read, :mod:`slaq_mpi.data.shard_cache`). ``check_file`` scans a
 file in row chunks before any rank starts and names the file and the first bad row.
 Synthetic datasets are made by :mod:`slaq_mpi.data.generators`.
 """

@@ -31,7 +31,7 @@ import numpy as np
 from jobs import load_solver
 from jobs.base import Solver
 from slaq_mpi.config.experiment import ExperimentSpec, JobSpec
-from slaq_mpi.data.datasets import read_shard
+from slaq_mpi.data.shard_cache import ShardCache
 from slaq_mpi.errors import EXIT_ABORTED
 from slaq_mpi.runtime import comm
 from slaq_mpi.runtime.messages import Assign, Report
@@ -80,6 +80,7 @@ class Worker:
         self._kept: tuple[str, int, dict[str, np.ndarray], float] | None = None  # a released
         # job's (name, iterations, state, last loss), for its restart on a group with this rank
         self._unsaved: list[tuple[str, int]] = []  # released jobs whose checkpoints are being written
+        self._shards = ShardCache()  # small datasets, kept whole for the job restarts of this rank
 
     def run(self) -> None:
         """Train the jobs rank 0 assigns until it says the run is over."""
@@ -181,7 +182,7 @@ class Worker:
         job = self.job_spec = order.spec
         members = sorted(order.ranks)
         # my rows first: the read overlaps the other ranks' arrival
-        shard = read_shard(order.data, members.index(self.rank), len(members))
+        shard = self._shards.read(order.data, members.index(self.rank), len(members))
         group = self.group = comm.job_group(members, order.tag, self.link.sleep_waits)
         self.iteration = self._saved = order.iterations
         self.last_loss = math.nan
