@@ -38,7 +38,9 @@ from slaq_mpi.runtime.messages import Assign, Report
 from slaq_mpi.storage import checkpoint
 
 STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
-WRITES_IN_FLIGHT = 2  # checkpoints a leader writes in the background at once
+# checkpoints a leader writes in the background at once: one, so a report's checkpoint is on
+# disk before the next report's is started, and a resume redoes at most one report period
+WRITES_IN_FLIGHT = 1
 CHUNK_SECONDS = 0.03  # the longest run of iterations between two checks (an eighth of an epoch if less)
 
 
