@@ -6,8 +6,8 @@ allreduce over the job's own control communicator, whether a solver raised, the 
 size and whether to stop for a move; the exchange started at one chunk boundary is read at the
 next, so it overlaps the chunk instead of pausing the job (a job on one rank acts at once). A
 job whose solver ends it (done, failed) agrees on it at once. The leader (the job's lowest
-rank) sends rank 0 a report about once per ``epoch_seconds`` and writes a checkpoint in the
-background after it.
+rank) sends rank 0 a report about once per ``epoch_seconds``, having started a checkpoint of
+the same iterations in the background (once the previous one is on disk).
 
 Asked to release the job, the ranks stop at the chunk boundary after the one where the leader
 saw the ask; the leader keeps the job's state in memory, reports at once and writes the
@@ -39,7 +39,7 @@ from slaq_mpi.storage import checkpoint
 
 STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for its peers
 # checkpoints a leader writes in the background at once: one, so a report's checkpoint is on
-# disk before the next report's is started, and a resume redoes at most one report period
+# disk before the next report is sent, and a resume redoes at most one report period
 WRITES_IN_FLIGHT = 1
 CHUNK_SECONDS = 0.03  # the longest run of iterations between two checks (an eighth of an epoch if less)
 
@@ -269,8 +269,10 @@ class Worker:
                 chunk = int(previous[1])
                 self._confirm_saved()
                 if leader and time.monotonic() >= next_report:
-                    self.link.send_report(report)
+                    # the previous report's checkpoint is on disk before rank 0 records this
+                    # report's iterations (the write waits for it): a resume redoes one at most
                     self._checkpoint()
+                    self.link.send_report(report)
                     report = Report(self.job, group.size)
                     next_report = time.monotonic() + self.spec.epoch_seconds
         if leader:
