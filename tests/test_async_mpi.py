@@ -12,9 +12,6 @@ import numpy as np
 import pytest
 import yaml
 
-from jobs import SerialComm, load_solver
-from slaq_mpi.config.experiment import load
-from slaq_mpi.data.datasets import read_shard
 from tests.conftest import ROOT, run_mpi
 
 pytestmark = pytest.mark.mpi
@@ -115,38 +112,3 @@ def test_a_job_that_ends_frees_its_ranks_at_once(tmp_path: Path) -> None:
     assert len(times) >= 2 and times[0] <= short_end <= times[1] <= short_end + epoch / 4, (short_end, times)
     assert alloc[0, names.index("long")] == 1 and alloc[1, names.index("long")] == 2, alloc
     assert cores[0] == 1 and cores[-1] == 2 and end[cores == 2][0] < times[0] + epoch / 2
-
-
-def test_a_slow_job_stops_for_a_move_at_the_next_boundary_and_keeps_its_losses(tmp_path: Path) -> None:
-    # "a" takes 0.15 s an iteration, five chunks: its ranks read each control exchange at the
-    # boundary that started it, so an ask to release it is acted on at the end of the iteration
-    # under way. b's and c's arrivals and ends move it between 3, 2 and 1 ranks; its losses
-    # stay those of logistic regression on one fixed rank
-    def paced(name: str, pace: float, iterations: int, seed: int, arrival: float) -> dict[str, Any]:
-        return {"name": name, "algorithm": f"{PACED}:Paced", "stop": {"max_iterations": iterations},
-                "hyperparameters": {"pace": pace}, "dataset": _data(seed), "arrival": arrival}
-
-    jobs = [paced("a", 0.15, 40, 1, 0.0), paced("b", 0.01, 150, 2, 1.0), paced("c", 0.01, 60, 3, 2.0)]
-    with _run(tmp_path, 4, jobs, policy="fair", epoch_seconds=0.5) as f:
-        assert {n: g.attrs["status"] for n, g in f["jobs"].items()} == dict.fromkeys("abc", "done")
-        names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["epochs/job_names"][()]]
-        times, alloc = f["epochs/time"][()], f["epochs/alloc"][()][:, names.index("a")]
-        loss = f["jobs/a/loss"][()]
-        _start, end, cores = _starts_ends(f, "a")
-    assert {1, 2, 3} <= set(cores.tolist()), sorted(set(cores.tolist()))
-    late = []  # per move: iterations on the old ranks that ended after the decision
-    for k in range(1, len(times)):
-        if alloc[k] != alloc[k - 1] and alloc[k] > 0 and alloc[k - 1] > 0:
-            after = np.flatnonzero(end > times[k])
-            moved = after[cores[after] == alloc[k]]
-            if len(moved):
-                late.append(int(np.sum((end[after] < end[moved[0]]) & (cores[after] == alloc[k - 1]))))
-    # the iteration under way when rank 0 decides, and no more, for most moves (a move decided
-    # as an iteration ends can take one more); read at the next boundary it would be two
-    assert late and max(late) <= 2 and sorted(late)[len(late) // 2] <= 1, late
-    job = next(j for j in load(tmp_path / "async.yaml").jobs if j.name == "a")
-    data = tmp_path / "run" / "data" / f"{job.dataset.key(job.seed)}.h5"
-    params = {k: v for k, v in job.hyperparameters.items() if k != "pace"}
-    solver = load_solver("logreg")(SerialComm(), read_shard(data, 0, 1), params, job.seed)
-    ref = np.asarray([solver.step() for _ in range(len(loss))])
-    assert np.max(np.abs(ref - loss) / np.abs(ref)) <= 1e-9

@@ -5,18 +5,15 @@ A job's ranks iterate without pause. Between chunks of iterations (each at most
 allreduce over the job's own control communicator, whether a solver raised, the next chunk's
 size and whether to stop for a move; the exchange started at one chunk boundary is read at the
 next, so it overlaps the chunk instead of pausing the job (a job on one rank acts at once). A
-job whose iterations are slow (each at least :data:`SLOW_CHUNKS` chunks long) reads each
-exchange at the boundary that started it instead: a small wait per iteration, which stops
-the job for a move an iteration sooner. A job whose solver ends it (done, failed) agrees on
-it at once. The leader (the job's lowest
+job whose solver ends it (done, failed) agrees on it at once. The leader (the job's lowest
 rank) sends rank 0 a report about once per ``epoch_seconds``, having started a checkpoint of
 the same iterations in the background (once the previous one is on disk).
 
 Asked to release the job, the ranks stop at the chunk boundary after the one where the leader
-saw the ask (a slow job at that one); the leader keeps the job's state in memory, reports at
-once and writes the checkpoint in the background, telling rank 0 when it is on disk. If the
-job restarts on ranks that include that leader, the state goes from its memory to the new
-group; else the new leader reads the checkpoint (rank 0 waits for it to be on disk).
+saw the ask; the leader keeps the job's state in memory, reports at once and writes the
+checkpoint in the background, telling rank 0 when it is on disk. If the job restarts on ranks
+that include that leader, the state goes from its memory to the new group; else the new
+leader reads the checkpoint (rank 0 waits for it to be on disk).
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ STUCK_SECONDS = 30.0  # at least this long a rank whose solver raised waits for 
 # disk before the next report is sent, and a resume redoes at most one report period
 WRITES_IN_FLIGHT = 1
 CHUNK_SECONDS = 0.03  # the longest run of iterations between two checks (an eighth of an epoch if less)
-SLOW_CHUNKS = 2  # iterations this many chunks long read each exchange at once (Worker._slow)
 
 
 class SolverError(RuntimeError):
@@ -244,49 +240,33 @@ class Worker:
             report.status, report.reason = "failed", error
         # before any step, in step: the solver may have failed to build on some rank
         pace = _chunk_size(self._pace, self._chunk_seconds) if leader else 0
-        slow = leader and self._slow()
-        agreed = self._agree(error, pace, False, posted=False, wait=slow)
-        chunk = int(agreed[1])
-        if agreed[0] and report.status != "failed":
+        flags = self._agree(error, pace, False, posted=False)
+        chunk = int(flags[1])
+        if flags[0] and report.status != "failed":
             report.status, report.reason = "failed", _peer_raised(self.iteration + 1)
         alone = group.size == 1  # no peer to wait for: a boundary acts on its own values
-        pending = False  # an exchange posted at the previous boundary is still to be read
         if report.status == "running":
-            if not alone and not agreed[3]:
-                group.post_control(np.array([0.0, float(pace), 0.0, float(slow)]))
-                pending = True
+            if not alone:
+                group.post_control(np.array([0.0, float(pace), 0.0]))
             while True:
                 error = self._run_chunk(report, chunk)
                 ended = report.status != "running"
-                next_chunk, release, slow = 0, False, False
+                next_chunk, release = 0, False
                 if leader and not ended:
                     next_chunk = _chunk_size(self._pace, self._chunk_seconds)
                     release = self.job in self.link.released()
-                    slow = self._slow()
-                mine = np.array([0.0, float(next_chunk), float(release), float(slow)])
+                mine = np.array([0.0, float(next_chunk), float(release)])
+                previous = mine if alone else self._agree_posted()  # the previous boundary's
                 if ended:  # every rank of the job ends at this boundary: agree on it now
-                    if pending:
-                        self._agree_posted()
-                    final = self._agree(error, 0, False, posted=False)
-                    if final[0] and report.status != "failed":
+                    flags = self._agree(error, 0, False, posted=False)
+                    if flags[0] and report.status != "failed":
                         report.status, report.reason = "failed", _peer_raised(self.iteration)
                     break
-                if alone:
-                    agreed = mine
-                else:
-                    if pending:  # the previous boundary's
-                        agreed = self._agree_posted()
-                        pending = False
-                        if agreed[2]:  # released
-                            break
-                    group.post_control(mine)
-                    if agreed[3]:  # slow iterations: this boundary's, read now
-                        agreed = self._agree_posted()
-                    else:
-                        pending = True
-                if agreed[2]:  # released
+                if previous[2]:  # released
                     break
-                chunk = int(agreed[1])
+                if not alone:
+                    group.post_control(mine)
+                chunk = int(previous[1])
                 self._confirm_saved()
                 if leader and time.monotonic() >= next_report:
                     # the previous report's checkpoint is on disk before rank 0 records this
@@ -341,11 +321,10 @@ class Worker:
                 break
         return ""
 
-    def _agree(self, error: str, next_chunk: int, release: bool, posted: bool,
-               wait: bool = False) -> np.ndarray:
+    def _agree(self, error: str, next_chunk: int, release: bool, posted: bool) -> np.ndarray:
         """The group's element-wise max of (a solver raised, the leader's next chunk size,
-        stop for a move, read the next boundary's exchange at that boundary): exchanged now,
-        or (``posted``) the exchange started at the previous chunk boundary.
+        stop for a move): exchanged now, or (``posted``) the exchange started at the previous
+        chunk boundary.
 
         Raises:
             SolverError: this rank's solver raised and the other ranks did not come: they are
@@ -353,8 +332,7 @@ class Worker:
         """
         assert self.group is not None
         if not posted:
-            self.group.post_control(np.array([float(bool(error)), float(next_chunk),
-                                              float(release), float(wait)]))
+            self.group.post_control(np.array([float(bool(error)), float(next_chunk), float(release)]))
         patience = max(STUCK_SECONDS, 2 * self.spec.epoch_seconds)
         flags = self.group.control_result(deadline=time.monotonic() + patience if error else None)
         if flags is None:
@@ -364,13 +342,6 @@ class Worker:
                 "collective. A solver must raise on every rank of the job or on none "
                 "(docs/solvers.md); the run stops, resume it once the solver is fixed")
         return flags
-
-    def _slow(self) -> bool:
-        """The leader: whether the job's iterations are slow enough (each at least two
-        chunks' worth of time) that the job's ranks read each boundary's exchange at that
-        boundary rather than at the next, so a release stops the job an iteration sooner
-        for one small collective per iteration."""
-        return max(self._pace) >= SLOW_CHUNKS * self._chunk_seconds
 
     def _agree_posted(self) -> np.ndarray:
         """The exchange started at the previous chunk boundary (:meth:`_agree`)."""
