@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,18 @@ def test_a_job_cancelled_by_its_owner_is_told_from_slurms_own_endings() -> None:
     assert not cancelled_by_user(_LINE.format(state="COMPLETING", reason="TimeLimit"))
     assert not cancelled_by_user(_LINE.format(state="RUNNING", reason="None"))
     assert not cancelled_by_user("")
+
+
+def test_a_status_older_than_the_launch_is_no_sign_of_a_stuck_rank_0(tmp_path: Path) -> None:
+    # after a requeue the run directory holds the last launch's status.json, minutes old: the
+    # new launch's rank 0 is not stuck for it (it writes its own once its data are ready)
+    sup = Supervisor(tmp_path / "run", "srun", [*SLAQ, "run", "/c.yaml"], FakeSlurm({}), dict(os.environ))
+    now = time.time()
+    sup._launched = now - 5.0
+    before = {"updated": now - 600.0, "epoch_seconds": 1.0}
+    assert not sup._heartbeat_stale(before)
+    mine = {"updated": now - 4.0, "epoch_seconds": 1.0}
+    assert not sup._heartbeat_stale(mine)
+    sup._launched = now - 900.0  # this launch's rank 0 wrote it, then nothing for 10 minutes
+    assert sup._heartbeat_stale(before)
+    assert not sup._heartbeat_stale({"updated": now - 600.0, "epoch_seconds": 120.0})

@@ -240,14 +240,16 @@ class Supervisor:
 
     def _heartbeat_stale(self, status: dict[str, object] | None) -> bool:
         """Rank 0 runs but has not rewritten status.json for far longer than its decisions
-        take (at least 10 epochs, at least 120 s): it is stuck."""
+        take (at least 10 epochs, at least 120 s): it is stuck. A status.json older than this
+        launch says nothing of its rank 0 (which writes its first once its data and record
+        are ready, after a requeue often minutes after the last launch's), as none does."""
         if status is None:
             return False
         try:
-            age = time.time() - float(status["updated"])  # type: ignore[arg-type]
+            updated = float(status["updated"])  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
             return False
-        return age > max(120.0, 10 * _epoch(status))
+        return updated >= self._launched and time.time() - updated > max(120.0, 10 * _epoch(status))
 
     def _says_ranks_lost(self, status: dict[str, object] | None) -> bool:
         """Whether ``status`` (status.json) is this launch's rank 0 saying it lost ranks."""
