@@ -4,18 +4,18 @@ Both families are written around the last observed iteration (``u = k - k_n``): 
 ``h(u) = 1 / (1 + p1 u + p2 u^2)`` and linear ``h(u) = exp(-p1 u)``; the curve is
 ``offset + amp * h(u)``. For fixed nonlinear parameters the linear ones have a closed form, so
 a coarse grid search (:func:`coarse`) is three matrix products for all jobs, and refinement
-(:func:`refine`) is Levenberg-Marquardt on the nonlinear parameters only, job by job in plain
-float arithmetic.
+(:func:`refine`) is batched Levenberg-Marquardt on the nonlinear parameters only.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import mul, neg
+from typing import Any
 
 import numpy as np
+
+from slaq_mpi.brain._numeric import zero_nonfinite
 
 __all__ = ["FAMILY_FLAT", "FAMILY_LINEAR", "FAMILY_PRIOR", "FAMILY_SUBLINEAR", "MIN_FULL_POINTS",
            "coarse", "refine", "shape"]
@@ -120,146 +120,123 @@ def coarse(
     return grid.p1[cols][best], grid.p2[cols][best], amp[rows, best], off[rows, best], sse[rows, best]
 
 
-def _div(a: float, b: float) -> float:
-    """``a / b`` as IEEE arithmetic gives it: a division by 0 is inf or NaN, not an error."""
-    try:
-        return a / b
-    except ZeroDivisionError:
-        return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
+def _project(
+    p1: np.ndarray, p2: np.ndarray, sub: bool, u: np.ndarray, w: np.ndarray, wy: np.ndarray,
+    s_w: np.ndarray, s_y: np.ndarray, s_yy: np.ndarray, valid: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """Shapes and the optimal linear parameters for nonlinear ``(p1, p2)`` per job.
+
+    Returns ``(h, amp, off, sse)``; ``sse`` is inf where the shape has a pole in the window or
+    the best amplitude is not positive. Call under ``np.errstate`` (divisions by 0, overflows
+    and invalid values are expected and handled).
+    """
+    if sub:
+        q = 1.0 + u * (p1[:, None] + p2[:, None] * u)
+        h = 1.0 / q
+        bad = ((q <= 0) & valid).any(axis=1)
+    else:
+        h = np.exp(-p1[:, None] * u)
+        bad = ~np.isfinite(h).all(axis=1)
+    s_h = np.einsum("jw,jw->j", w, h)
+    s_hh = np.einsum("jw,jw->j", w * h, h)
+    s_hy = np.einsum("jw,jw->j", wy, h)
+    det = s_w * s_hh - s_h * s_h
+    amp = (s_w * s_hy - s_h * s_y) / det
+    off = (s_y - amp * s_h) / s_w
+    sse = s_yy - amp * s_hy - off * s_y
+    bad |= ~(np.isfinite(sse) & (det > 1e-12 * s_w * s_hh) & (amp > 0))
+    return h, amp, off, np.where(bad, np.inf, np.maximum(sse, 0.0))
 
 
-def _exp(x: float) -> float:
-    """``exp(x)``, inf where it overflows."""
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
+def _kaufman(
+    g: np.ndarray, w: np.ndarray, wh: np.ndarray, wr: np.ndarray,
+    gram: tuple[np.ndarray, np.ndarray, np.ndarray], det: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For a derivative column ``g``: its projected squared norm, its product with the
+    residual, and its products with ``h`` and ``1`` (weighted by ``w``; ``det`` is the
+    determinant of the weighted Gram matrix of ``h`` and ``1``). Call under ``np.errstate``."""
+    s_w, s_h, s_hh = gram
+    hg = np.einsum("jw,jw->j", wh, g)
+    one = np.einsum("jw,jw->j", w, g)
+    inside = (hg * (s_w * hg - s_h * one) + one * (s_hh * one - s_h * hg)) / det
+    norm = np.einsum("jw,jw->j", w * g, g) - inside
+    return norm, np.einsum("jw,jw->j", wr, g), hg, one
 
 
-def _finite(x: float) -> float:
-    """``x``, or 0 where it is NaN or infinite."""
-    return x if math.isfinite(x) else 0.0
-
-
-class _Window:
-    """One job's window as plain floats: its offsets ``u``, weights ``w``, values ``y`` (the
-    weighted sums the projection needs are taken once) and which points are valid."""
-
-    __slots__ = ("u", "w", "y", "wy", "valid", "s_w", "s_y", "s_yy")
-
-    def __init__(self, u: list[float], w: list[float], y: list[float], valid: list[bool]) -> None:
-        self.u, self.w, self.y, self.valid = u, w, y, valid
-        self.wy = list(map(mul, w, y))
-        self.s_w = sum(w)
-        self.s_y = sum(self.wy)
-        self.s_yy = sum(map(mul, self.wy, y))
-
-    def project(self, sub: bool, p1: float, p2: float) -> tuple[list[float], float, float, float]:
-        """The shape for nonlinear ``(p1, p2)`` and the optimal linear parameters:
-        ``(h, amp, off, sse)``; ``sse`` is inf where the shape has a pole in the window or the
-        best amplitude is not positive."""
-        if sub:
-            q = [1.0 + x * (p1 + p2 * x) for x in self.u]
-            bad = min(q) <= 0 and any(v <= 0 and ok for v, ok in zip(q, self.valid, strict=True))
-            try:
-                h = [1.0 / v for v in q]
-            except ZeroDivisionError:
-                h = [_div(1.0, v) for v in q]
-        else:
-            h = [_exp(-p1 * x) for x in self.u]
-            bad = not all(map(math.isfinite, h))
-        w, s_w = self.w, self.s_w
-        wh = list(map(mul, w, h))
-        s_h = sum(wh)
-        s_hh = sum(map(mul, wh, h))
-        s_hy = sum(map(mul, self.wy, h))
-        det = s_w * s_hh - s_h * s_h
-        amp = _div(s_w * s_hy - s_h * self.s_y, det)
-        off = _div(self.s_y - amp * s_h, s_w)
-        sse = self.s_yy - amp * s_hy - off * self.s_y
-        if bad or not (math.isfinite(sse) and det > 1e-12 * s_w * s_hh and amp > 0):
-            return h, amp, off, math.inf
-        return h, amp, off, max(sse, 0.0)
-
-    def normal(self, sub: bool, two: bool, h: list[float], amp: float, off: float
-               ) -> tuple[float, float, float, float, float]:
-        """Kaufman's Gauss-Newton system at the fit (shape ``h``, ``amp``, ``off``):
-        ``(m11, r1, m22, r2, m12)``, the derivative columns with their part in span{h, 1}
-        removed (``m22, r2, m12`` are 0 for the linear family)."""
-        u, w, y, s_w = self.u, self.w, self.y, self.s_w
-        # the shape's derivatives by p1 (and p2: dh1 * u)
-        dh1 = [-x * v * v for x, v in zip(u, h, strict=True)] if sub else list(map(mul, map(neg, u), h))
-        wh = list(map(mul, w, h))
-        s_h = sum(wh)
-        s_hh = sum(map(mul, wh, h))
-        wr = [wi * (amp * hi + off - yi) for wi, hi, yi in zip(w, h, y, strict=True)]
-        det = s_w * s_hh - s_h * s_h
-
-        def kaufman(g: list[float]) -> tuple[float, float, float, float, list[float]]:
-            hg = sum(map(mul, wh, g))
-            one = sum(map(mul, w, g))
-            wg = list(map(mul, w, g))
-            inside = _div(hg * (s_w * hg - s_h * one) + one * (s_hh * one - s_h * hg), det)
-            return sum(map(mul, wg, g)) - inside, sum(map(mul, wr, g)), hg, one, wg
-
-        g1 = [amp * d for d in dh1]
-        m11, r1, hg1, one1, wg1 = kaufman(g1)
-        if not sub:
-            return m11, r1, 0.0, 0.0, 0.0
-        free = 1.0 if two else 0.0
-        g2 = [amp * (d * x) * free for d, x in zip(dh1, u, strict=True)]
-        m22, r2, hg2, one2, _ = kaufman(g2)
-        m12 = sum(map(mul, wg1, g2)) - _div(
-            hg1 * (s_w * hg2 - s_h * one2) + one1 * (s_hh * one2 - s_h * hg2), det)
-        return m11, r1, m22, r2, m12
-
-    def refine(self, sub: bool, two: bool, p1: float, p2: float, steps: int
-               ) -> tuple[float, float, float, float, float]:
-        """Levenberg-Marquardt damped Gauss-Newton from ``(p1, p2)``:
-        ``(p1, p2, amp, off, sse)``."""
-        h, amp, off, sse = self.project(sub, p1, p2)
-        lam = 1e-3
-        system: tuple[float, float, float, float, float] | None = None  # Kaufman's, while the fit holds
-        for _ in range(steps):
-            if system is None:
-                system = self.normal(sub, two, h, amp, off)
-            m11, r1, m22, r2, m12 = system
-            if sub:
-                a11 = m11 * (1.0 + lam) + 1e-300
-                a22 = m22 * (1.0 + lam) + 1e-300
-                dt = a11 * a22 - m12 * m12
-                d1 = _finite(-_div(a22 * r1 - m12 * r2, dt))
-                d2 = _finite(-_div(a11 * r2 - m12 * r1, dt)) if two else 0.0
-                t1, t2 = max(p1 + d1, 0.0), max(p2 + d2, 0.0)
-            else:
-                d1 = _finite(-_div(r1, m11 * (1.0 + lam) + 1e-300))
-                t1, t2 = min(max(p1 + d1, 1e-5), 5.0), p2
-            t_h, t_amp, t_off, t_sse = self.project(sub, t1, t2)
-            if not t_sse < sse:  # nothing moves: only the damping grows
-                lam *= 10.0
-                continue
-            system = None
-            p1, p2, amp, off, sse, h = t1, t2, t_amp, t_off, t_sse, t_h
-            lam *= 0.3
-        return p1, p2, amp, off, sse
+def _normal(
+    sub: bool, two: np.ndarray, u: np.ndarray, w: np.ndarray, y: np.ndarray, s_w: np.ndarray,
+    h: np.ndarray, amp: np.ndarray, off: np.ndarray,
+) -> tuple[Any, ...]:
+    """Kaufman's Gauss-Newton system at the current fit (shape ``h``, ``amp``, ``off``):
+    ``(m11, r1, m22, r2, m12)``, the derivative columns with their part in span{h, 1} removed
+    (``m22, r2, m12`` are None for the linear family). Call under ``np.errstate``."""
+    dh1 = -u * h * h if sub else -u * h  # the shape's derivatives by p1 (and p2: dh1 * u)
+    wh = w * h
+    s_h = wh.sum(axis=1)
+    gram = (s_w, s_h, np.einsum("jw,jw->j", wh, h))
+    wr = w * (amp[:, None] * h + off[:, None] - y)
+    g1 = amp[:, None] * dh1
+    det = s_w * gram[2] - s_h * s_h
+    m11, r1, hg1, one1 = _kaufman(g1, w, wh, wr, gram, det)
+    if not sub:
+        return m11, r1, None, None, None
+    g2 = amp[:, None] * (dh1 * u) * two[:, None]
+    m22, r2, hg2, one2 = _kaufman(g2, w, wh, wr, gram, det)
+    m12 = np.einsum("jw,jw->j", w * g1, g2) - (
+        hg1 * (gram[0] * hg2 - s_h * one2) + one1 * (gram[2] * one2 - s_h * hg2)) / det
+    return m11, r1, m22, r2, m12
 
 
 def refine(
     p1: np.ndarray, p2: np.ndarray, sub: bool, y: np.ndarray, w: np.ndarray, valid: np.ndarray,
     free2: np.ndarray, steps: int,
 ) -> tuple[np.ndarray, ...]:
-    """Variable-projection Gauss-Newton (Levenberg-Marquardt damped) on the nonlinear
-    parameters of one family's jobs, each job on its own in plain float arithmetic (a window
-    is a few dozen numbers); the amplitude and offset are always the exact weighted
+    """Batched variable-projection Gauss-Newton (Levenberg-Marquardt damped) on the nonlinear
+    parameters of one family's jobs; the amplitude and offset are always the exact weighted
     least-squares optimum for the current shape.
 
     Returns ``(p1, p2, amp, off, sse)``. Bounds: sublinear ``p1, p2 >= 0`` (``p2`` stays 0
     unless ``free2``); linear ``1e-5 <= p1 <= 5``.
     """
     jobs, window = y.shape
-    u = _offsets(window)[0].tolist()
-    out = np.empty((jobs, 5))
-    for k, (a, b, yk, wk, vk, f2) in enumerate(zip(p1.tolist(), p2.tolist(), y.tolist(), w.tolist(),
-                                                   valid.tolist(), free2.tolist(), strict=True)):
-        out[k] = _Window(u, wk, yk, vk).refine(sub, sub and f2, a, b, steps)
-    return out[:, 0], out[:, 1], out[:, 2], out[:, 3], out[:, 4]
+    u = _offsets(window)
+    wy = w * y
+    s_w = w.sum(axis=1)
+    s_y = wy.sum(axis=1)
+    s_yy = np.einsum("jw,jw->j", wy, y)
+    args = (sub, u, w, wy, s_w, s_y, s_yy, valid)
+    two = sub & free2
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        h, amp, off, sse = _project(p1, p2, *args)
+        lam = np.full(jobs, 1e-3)
+        system: tuple[Any, ...] | None = None  # Kaufman's, while the fit holds
+        for _ in range(steps):
+            if system is None:
+                system = _normal(sub, two, u, w, y, s_w, h, amp, off)
+            m11, r1, m22, r2, m12 = system
+            if sub:
+                a11 = m11 * (1.0 + lam) + 1e-300
+                a22 = m22 * (1.0 + lam) + 1e-300
+                dt = a11 * a22 - m12 * m12
+                d1 = zero_nonfinite(-(a22 * r1 - m12 * r2) / dt)
+                d2 = zero_nonfinite(np.where(two, -(a11 * r2 - m12 * r1) / dt, 0.0))
+                t1, t2 = np.maximum(p1 + d1, 0.0), np.maximum(p2 + d2, 0.0)
+            else:
+                d1 = zero_nonfinite(-r1 / (m11 * (1.0 + lam) + 1e-300))
+                t1, t2 = np.minimum(np.maximum(p1 + d1, 1e-5), 5.0), p2
+            t_h, t_amp, t_off, t_sse = _project(t1, t2, *args)
+            better = t_sse < sse
+            if not better.any():  # nothing moves: only the damping grows
+                lam = lam * 10.0
+                continue
+            system = None
+            if better.all():
+                p1, p2, amp, off, sse, h = t1, t2, t_amp, t_off, t_sse, t_h
+                lam = lam * 0.3
+                continue
+            p1, p2 = np.where(better, t1, p1), np.where(better, t2, p2)
+            amp, off = np.where(better, t_amp, amp), np.where(better, t_off, off)
+            sse = np.where(better, t_sse, sse)
+            h = np.where(better[:, None], t_h, h)
+            lam = np.where(better, lam * 0.3, lam * 10.0)
+    return p1, p2, amp, off, sse

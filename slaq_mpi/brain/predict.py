@@ -14,8 +14,7 @@ grid of the nonlinear parameters (``p1, p2`` or ``r``) the linear parameters ``(
 have a closed-form weighted least-squares solution, and all the sums it needs are three
 (jobs x window) @ (window x grid) matrix products. Each job keeps the grid point of least
 residual allowed by its declared convergence class (both families for ``"unknown"``), then a
-few Levenberg-Marquardt steps refine all four parameters, job by job in plain float arithmetic
-(:func:`~slaq_mpi.brain.fitting.refine`).
+few batched Levenberg-Marquardt steps refine all four parameters of every job together.
 
 Every fit starts from scratch: the forecast is a function of the histories alone, whatever
 was fitted before (a resumed run decides as an uninterrupted one would).

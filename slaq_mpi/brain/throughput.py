@@ -88,6 +88,15 @@ class ThroughputModel:
         return np.maximum(best, 1.0)
 
 
+def _solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Batched ``gram x = rhs`` (3x3 systems); singular systems via the pseudo-inverse."""
+    try:
+        out = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        out = np.einsum("jab,jb->ja", np.linalg.pinv(gram), rhs)
+    return zero_nonfinite(out)
+
+
 def _prior_gram(serial: float = SERIAL_FRACTION) -> np.ndarray:
     """Sum over the prior's core counts of ``phi phi^T / t_prior^2`` (for ``t1 = 1``)."""
     phi = _features(_PRIOR_CORES)
@@ -97,6 +106,8 @@ def _prior_gram(serial: float = SERIAL_FRACTION) -> np.ndarray:
 
 
 _PRIOR_GRAM = _prior_gram()
+_EYE = np.eye(3)[None]
+_RIDGE = 1e-12 * _EYE  # keeps every system regular
 
 
 def fit_throughput_flat(
@@ -278,68 +289,30 @@ def _solve_group(gram: np.ndarray, rhs: np.ndarray, scale: np.ndarray, count: np
                  prior_gram: np.ndarray, prior_pull: np.ndarray, phi_ref: np.ndarray) -> np.ndarray:
     """Solve the jobs' normal equations plus ``scale`` times the prior's (``prior_gram``, and
     ``prior_pull``: its right-hand side, the prior's Gram matrix times its coefficients), with
-    coefficients kept non-negative; each job on its own, in plain float arithmetic
-    (:func:`_solve_one`)."""
-    prior_g, prior_p = prior_gram.tolist(), prior_pull.tolist()
-    out = np.empty((gram.shape[0], 3))
-    for k, (g, r, s, c, ref) in enumerate(zip(gram.tolist(), rhs.tolist(), scale.tolist(),
-                                             count.tolist(), phi_ref.tolist(), strict=True)):
-        g = [[x + p * s for x, p in zip(row, prow, strict=True)]
-             for row, prow in zip(g, prior_g, strict=True)]
-        out[k] = _solve_one(g, [x + p * s for x, p in zip(r, prior_p, strict=True)], c, ref)
-    return out
-
-
-def _solve_one(gram: list[list[float]], rhs: list[float], count: float, phi_ref: list[float]
-               ) -> list[float]:
-    """One job's 3x3 system ``gram theta = rhs`` (regularized by a tiny ridge), with the
     coefficients kept non-negative.
 
-    While the job has negative coefficients, the one whose term is most negative at the job's
-    typical core count (``phi_ref``: the features there) is pinned to 0 and the system
-    re-solved (up to three times). One at a time: core counts in a narrow range leave
+    While a job has negative coefficients, the one whose term is most negative at the job's
+    typical core count (``phi_ref``: the features there) is pinned to 0 and the
+    system re-solved (up to three times). One at a time: core counts in a narrow range leave
     ``alpha / a`` and ``gamma log2(a)`` nearly collinear, the unconstrained solution may make
     both negative, and pinning both would leave a constant (no speed-up at all) where pinning
     the communication term alone recovers the data's speed-up.
     """
-    pinned = [False, False, False]
-    stiff = 1e9 * max(count, 1.0)
-    theta = _solve3(gram, rhs, [1e-12, 1e-12, 1e-12])
+    gram = gram + prior_gram[None] * scale[:, None, None]
+    rhs = rhs + prior_pull[None] * scale[:, None]
+    theta = _solve(gram + _RIDGE, rhs)
+    pinned = np.zeros(theta.shape, dtype=bool)
     for _ in range(3):
-        neg = [x < -1e-12 and not p for x, p in zip(theta, pinned, strict=True)]
-        if not any(neg):
+        neg = (theta < -1e-12) & ~pinned
+        todo = neg.any(axis=1).nonzero()[0]
+        if not todo.size:
             break
-        terms = [x * f if n else math.inf for x, f, n in zip(theta, phi_ref, neg, strict=True)]
-        pinned[terms.index(min(terms))] = True
-        theta = _solve3(gram, [0.0 if p else x for x, p in zip(rhs, pinned, strict=True)],
-                        [stiff + 1e-12 if p else 1e-12 for p in pinned])
+        worst = np.argmin(np.where(neg[todo], theta[todo] * phi_ref[todo], np.inf), axis=1)
+        pinned[todo, worst] = True
+        stiff = 1e9 * np.maximum(count[todo], 1.0)[:, None, None]
+        g = gram[todo] + _EYE * (stiff * pinned[todo, :, None] + 1e-12)
+        theta[todo] = _solve(g, rhs[todo] * ~pinned[todo])
     return theta
-
-
-def _solve3(gram: list[list[float]], rhs: list[float], ridge: list[float]) -> list[float]:
-    """``(gram + diag(ridge)) x = rhs`` for one 3x3 system by Gaussian elimination with
-    partial pivoting; a singular system through the pseudo-inverse. Non-finite entries of the
-    solution are 0."""
-    m = [[*row, b] for row, b in zip(gram, rhs, strict=True)]
-    for i in range(3):
-        m[i][i] += ridge[i]
-    for col in range(3):
-        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
-        if m[piv][col] == 0 or not math.isfinite(m[piv][col]):
-            full = np.array([row[:3] for row in m], dtype=np.float64)
-            return zero_nonfinite(np.linalg.pinv(full) @ np.asarray(rhs, dtype=np.float64)).tolist()
-        m[col], m[piv] = m[piv], m[col]
-        top = m[col]
-        for r in range(col + 1, 3):
-            f = m[r][col] / top[col]
-            if f:
-                row = m[r]
-                for c in range(col, 4):
-                    row[c] -= f * top[c]
-    x = [0.0, 0.0, 0.0]
-    for i in (2, 1, 0):
-        x[i] = (m[i][3] - sum(m[i][c] * x[c] for c in range(i + 1, 3))) / m[i][i]
-    return [v if math.isfinite(v) else 0.0 for v in x]
 
 
 def population_serial_fraction(model: ThroughputModel, min_jobs: int = MIN_POPULATION_JOBS,
