@@ -13,12 +13,10 @@ trap 'STOP_ASKED=TERM' TERM
 # bytes (the rest: whatever memory follows the address). Hex-encoded, a piece of it can make a
 # PMI-1 line longer than the 1024 bytes srun's pmi2 plugin reads at once; the line is then cut
 # in two and every rank waits in MPI_Init until the time limit. MPICH's OFI netmod hands PMI its
-# address alone: use it under srun's pmi2 on several nodes (on one node no address goes through
-# PMI, and OFI under srun's pmi2 has hung there in MPI_Init) when this MPICH has it, unless the
-# environment already chose a netmod.
+# address alone: use it under srun's pmi2 when this MPICH has it, unless the environment
+# already chose a netmod.
 NETMOD_SAID=
-if [[ $MPI_LIB == *MPICH* && " ${LAUNCH[*]} " == *" --mpi=pmi2 "* && -z ${MPIR_CVAR_CH4_NETMOD:-} &&
-      ${SLURM_JOB_NUM_NODES:-1} -gt 1 ]] &&
+if [[ $MPI_LIB == *MPICH* && " ${LAUNCH[*]} " == *" --mpi=pmi2 "* && -z ${MPIR_CVAR_CH4_NETMOD:-} ]] &&
     "$PYTHON" -c 'import mpi4py, sys; mpi4py.rc.initialize = False; from mpi4py import MPI
 sys.exit(not any(l.startswith("MPICH Device:") and "ofi" in l for l in MPI.Get_library_version().splitlines()))' \
     2>/dev/null; then
