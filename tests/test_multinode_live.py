@@ -132,12 +132,10 @@ def check_run(job: Submitted, info: dict[str, str]) -> None:
     assert re.search(r"nodes per job \(.*hosts n1, n2, n3\)", report.stdout), report.stdout
 
 
-# Slurm's pmi2 plugin reads a PMI-1 request in one read of at most 1024 bytes: a longer line is
-# cut in two, and slurmstepd writes these words into the batch log (the launch then fails or
-# hangs in MPI_Init). MPICH's UCX netmod sends such lines (its 4096-byte address block,
-# hex-encoded, when the bytes after its address have few zeros); the batch script gives MPICH
-# the OFI netmod under srun --mpi=pmi2 for that reason. A launch that still meets it is
-# submitted once more (and said so).
+# Slurm 22.05's pmi2 plugin on the emulated nodes has been seen, once, to misread an MPI
+# client's request when the machine was loaded: the launch then fails before the run starts,
+# with these words from slurmstepd in the batch log. That is the emulated cluster failing, not
+# the scheduler: such a launch is submitted once more (and said so).
 PMI2_MISREAD = "mpi/pmi2: invalid client request"
 
 
