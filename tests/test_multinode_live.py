@@ -132,11 +132,12 @@ def check_run(job: Submitted, info: dict[str, str]) -> None:
     assert re.search(r"nodes per job \(.*hosts n1, n2, n3\)", report.stdout), report.stdout
 
 
-# Slurm 22.05's pmi2 plugin on the emulated nodes has been seen, once, to misread an MPI
-# client's request when the machine was loaded: the launch then fails before the run starts,
-# with these words from slurmstepd in the batch log. That is the emulated cluster failing, not
-# the scheduler: such a launch is submitted once more (and said so).
-PMI2_MISREAD = "mpi/pmi2: invalid client request"
+# Slurm's pmi2 plugin reads a PMI-1 request in one read of at most 1024 bytes: a longer line is
+# cut in two, slurmstepd writes one of these into the batch log, and the launch fails or hangs
+# in MPI_Init. pip's MPICH sends such lines now and then on several nodes (its UCX netmod's
+# 4096-byte address block, hex-encoded; docs/slurm.md). That is the launcher failing, not the
+# scheduler: such a launch is submitted once more (and said so).
+PMI2_MISREAD = ("mpi/pmi2: invalid client request", "mpi/pmi2: value not properly terminated")
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +145,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Submitted, 
     """The 6-job config on 3 nodes with srun, run to its end; the reference of the node-loss test."""
     job = submit(tmp_path_factory.mktemp("uninterrupted"))
     info = finished(job)
-    if info.get("JobState") != "COMPLETED" and PMI2_MISREAD in job.log_text():
+    if info.get("JobState") != "COMPLETED" and any(m in job.log_text() for m in PMI2_MISREAD):
         print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
         job = submit(tmp_path_factory.mktemp("uninterrupted"))
         info = finished(job)
@@ -274,7 +275,7 @@ def test_losing_rank_0s_node_requeues_the_job_which_resumes(
     ref_job, ref_info = uninterrupted
     assert ref_info["JobState"] == "COMPLETED", "the uninterrupted run failed; see its own test"
     job, info = _lose_rank_0s_node(tmp_path / "first")
-    if info.get("JobState") != "COMPLETED" and PMI2_MISREAD in job.log_text():
+    if info.get("JobState") != "COMPLETED" and any(m in job.log_text() for m in PMI2_MISREAD):
         print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
         job, info = _lose_rank_0s_node(tmp_path / "again")
     log = job.log_text()
