@@ -140,13 +140,20 @@ def check_run(job: Submitted, info: dict[str, str]) -> None:
 PMI2_MISREAD = ("mpi/pmi2: invalid client request", "mpi/pmi2: value not properly terminated")
 
 
+def _pmi2_misread(job: Submitted, info: dict[str, str]) -> bool:
+    """Whether ``job`` failed for slurmstepd's misread (:data:`PMI2_MISREAD`); says so if it did."""
+    if info.get("JobState") == "COMPLETED" or not any(m in job.log_text() for m in PMI2_MISREAD):
+        return False
+    print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
+    return True
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Submitted, dict[str, str]]:
     """The 6-job config on 3 nodes with srun, run to its end; the reference of the node-loss test."""
     job = submit(tmp_path_factory.mktemp("uninterrupted"))
     info = finished(job)
-    if info.get("JobState") != "COMPLETED" and any(m in job.log_text() for m in PMI2_MISREAD):
-        print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
+    if _pmi2_misread(job, info):
         job = submit(tmp_path_factory.mktemp("uninterrupted"))
         info = finished(job)
     return job, info
@@ -275,8 +282,7 @@ def test_losing_rank_0s_node_requeues_the_job_which_resumes(
     ref_job, ref_info = uninterrupted
     assert ref_info["JobState"] == "COMPLETED", "the uninterrupted run failed; see its own test"
     job, info = _lose_rank_0s_node(tmp_path / "first")
-    if info.get("JobState") != "COMPLETED" and any(m in job.log_text() for m in PMI2_MISREAD):
-        print(f"\nslurmstepd misread a PMI-2 request in job {job.job_id}: submitting it again")
+    if _pmi2_misread(job, info):
         job, info = _lose_rank_0s_node(tmp_path / "again")
     log = job.log_text()
     assert info["JobState"] == "COMPLETED", f"{info}\n{log[-4000:]}"

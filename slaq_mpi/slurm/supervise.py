@@ -238,27 +238,29 @@ class Supervisor:
 
         return rank0 is not None and holder_of(self.run_dir) is not None
 
+    def _written_by_this_launch(self, status: dict[str, object] | None) -> float | None:
+        """When this launch's rank 0 wrote ``status`` (status.json), or None: there is none,
+        it has no time, or it is older than this launch (a requeued job finds the last one's)."""
+        if status is None:
+            return None
+        try:
+            updated = float(status["updated"])  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            return None
+        return updated if updated >= self._launched else None
+
     def _heartbeat_stale(self, status: dict[str, object] | None) -> bool:
         """Rank 0 runs but has not rewritten status.json for far longer than its decisions
         take (at least 10 epochs, at least 120 s): it is stuck. A status.json older than this
         launch says nothing of its rank 0 (which writes its first once its data and record
         are ready, after a requeue often minutes after the last launch's), as none does."""
-        if status is None:
-            return False
-        try:
-            updated = float(status["updated"])  # type: ignore[arg-type]
-        except (KeyError, TypeError, ValueError):
-            return False
-        return updated >= self._launched and time.time() - updated > max(120.0, 10 * _epoch(status))
+        updated = self._written_by_this_launch(status)
+        return updated is not None and time.time() - updated > max(120.0, 10 * _epoch(status or {}))
 
     def _says_ranks_lost(self, status: dict[str, object] | None) -> bool:
         """Whether ``status`` (status.json) is this launch's rank 0 saying it lost ranks."""
-        if status is None or status.get("state") != RANKS_LOST_STATE:
-            return False
-        try:
-            return float(status["updated"]) >= self._launched  # type: ignore[arg-type]
-        except (KeyError, TypeError, ValueError):
-            return False
+        return (status is not None and status.get("state") == RANKS_LOST_STATE
+                and self._written_by_this_launch(status) is not None)
 
     def _read_status(self) -> dict[str, object] | None:
         try:
